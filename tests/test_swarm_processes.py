@@ -1,0 +1,103 @@
+"""Whole-process behaviour of the swarm: kill -9 and resume, a malicious peer, the `sapo` command line."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest
+
+TINY = ["--model", "tiny", "--mix", "quick", "-I", "2", "-J", "2", "-G", "3", "--max-new-tokens", "6",
+        "--selection", "uniform", "--learning-rate", "1e-3"]
+
+def sapo(*args, **kw):
+    return subprocess.run([sys.executable, "-c", "from sapo_nb.cli import main; raise SystemExit(main())", *args],
+                          capture_output=True, text=True, timeout=300, **kw)
+
+def start_node(root, node_id, rounds, *extra):
+    return subprocess.Popen([sys.executable, "-c", "from sapo_nb.cli import main; raise SystemExit(main())", "node",
+                             *TINY, "--root", str(root), "--node-id", node_id, "--rounds", str(rounds), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+def rounds_of(root, node_id):
+    p = Path(root) / "sapo" / "logs" / node_id / "metrics.jsonl"
+    if not p.exists(): return []
+    out = []
+    for line in p.read_text().splitlines():
+        try: out.append(json.loads(line)["round"])
+        except json.JSONDecodeError: pass
+    return out
+
+def wait_for_rounds(root, node_id, n, proc, timeout=120):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if len(rounds_of(root, node_id)) >= n: return
+        if proc.poll() is not None: raise AssertionError(proc.stdout.read())
+        time.sleep(0.05)
+    raise AssertionError(f"{node_id} did not reach {n} rounds")
+
+@pytest.mark.parametrize("kill_after", [2, 5])
+def test_kill9_resume(tmp_path, kill_after):
+    "kill -9 mid-run, restart with the same command: resumes from the checkpoint, one row per round, peer unaffected."
+    peer = start_node(tmp_path, "node-1", 12, "--checkpoint-every", "3")
+    victim = start_node(tmp_path, "node-0", 12, "--checkpoint-every", "3")
+    wait_for_rounds(tmp_path, "node-0", kill_after, victim)
+    time.sleep(0.1)  # land somewhere inside a later round: generating, publishing or checkpointing
+    victim.send_signal(signal.SIGKILL); victim.wait()
+    again = start_node(tmp_path, "node-0", 12, "--checkpoint-every", "3")
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    assert "resumed from the checkpoint" in out or kill_after < 3, out
+    assert rounds_of(tmp_path, "node-0") == list(range(12))
+    peer.wait(timeout=300)
+    assert peer.returncode == 0
+    assert rounds_of(tmp_path, "node-1") == list(range(12))
+    ck = tmp_path / "sapo" / "checkpoints" / "node-0"
+    assert not [p for p in ck.iterdir() if p.name.startswith(".tmp")]  # a save cut by the kill was cleaned up
+    assert sorted(p.name for p in ck.glob("round_*")) == ["round_11", "round_8"]
+    assert all((p / "complete").exists() for p in ck.glob("round_*"))
+
+def test_malicious_peer(tmp_path):
+    "A peer writing junk, huge files, traversal names and NaN rewards into the pool: honest nodes finish and count rejects."
+    node = start_node(tmp_path, "node-0", 8, "--max-staleness", "1")
+    pool = tmp_path / "sapo" / "rollouts"
+    deadline = time.monotonic() + 120
+    r = 0
+    while node.poll() is None and time.monotonic() < deadline:
+        d = pool / f"round_{r}"; d.mkdir(parents=True, exist_ok=True)
+        (d / "junk.json").write_bytes(os.urandom(200))
+        (d / "huge.json").write_bytes(b'{"schema": 1, "pad": "' + b"x" * 9_000_000 + b'"}')
+        (d / "..evil.json").write_text("{}")
+        (d / "nan.json").write_text('{"schema": 1, "round": %d, "node_id": "nan", "model": "m", "created_at": 1.0, "G": 3, '
+                                    '"groups": [{"question": "q", "answer": "1", "metadata": {}, '
+                                    '"completions": ["a", "b", "c"], "rewards": [NaN, 0, 1]}]}' % r)
+        r = max(r, len(rounds_of(tmp_path, "node-0")))
+        time.sleep(0.05)
+    out, _ = node.communicate(timeout=120)
+    assert node.returncode == 0, out
+    rows = [json.loads(l) for l in (tmp_path / "sapo" / "logs" / "node-0" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["round"] for x in rows] == list(range(8))
+    assert rows[-1]["pool_rejected"] >= 3 and all(x["pool_selected"] == 0 for x in rows)
+
+def test_cli_swarm_and_status(tmp_path):
+    "`sapo swarm --model tiny --nodes 2 --rounds 3 --root DIR`: seconds, one row per node per round, status reads it."
+    res = sapo("swarm", "--model", "tiny", "--nodes", "2", "--rounds", "3", "--root", str(tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    for n in ("node-0", "node-1"): assert rounds_of(tmp_path, n) == [0, 1, 2]
+    st = sapo("status", "--root", str(tmp_path), "--experiment", "sapo")
+    assert "node-0" in st.stdout and "node-1" in st.stdout and "alive" in st.stdout
+
+def test_cli_bad_value_fails_fast(tmp_path):
+    res = sapo("swarm", "--model", "tiny", "-J", "-1", "--root", str(tmp_path))
+    assert res.returncode == 2 and "SAPOConfig.external_questions" in res.stderr
+    res = sapo("node", "--model", "tiny", "--root", str(tmp_path), env={**os.environ, "NUM_GENERATIONS": "eight"})
+    assert res.returncode == 2 and "NUM_GENERATIONS" in res.stderr
+
+def test_process_mode_node_failure_exit_code(tmp_path):
+    "A node that fails makes `sapo swarm` exit non-zero; the other finishes."
+    res = sapo("swarm", "--model", "tiny", "--nodes", "2", "--rounds", "2", "--root", str(tmp_path), "--mode", "process",
+               "--override", "node-1:model=/nonexistent/model")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "node-1" in res.stderr
+    assert rounds_of(tmp_path, "node-0") == [0, 1]
+
+def test_import_is_fast():
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import sapo_nb, sapo_nb.config, sapo_nb.cli"], check=True)
+    assert time.perf_counter() - t < 2.0
