@@ -82,6 +82,11 @@ def test_cli_swarm_and_status(tmp_path):
     for n in ("node-0", "node-1"): assert rounds_of(tmp_path, n) == [0, 1, 2]
     st = sapo("status", "--root", str(tmp_path), "--experiment", "sapo")
     assert "node-0" in st.stdout and "node-1" in st.stdout and "alive" in st.stdout
+    rep = sapo("report", str(tmp_path / "sapo"))
+    assert rep.returncode == 0, rep.stderr
+    html = Path(rep.stdout.strip()).read_text()
+    assert "node-0" in html and "plotly" in html.lower()
+    assert sapo("report", str(tmp_path / "nothing")).returncode == 2
 
 def test_cli_bad_value_fails_fast(tmp_path):
     res = sapo("swarm", "--model", "tiny", "-J", "-1", "--root", str(tmp_path))
