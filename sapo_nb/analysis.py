@@ -8,6 +8,7 @@ import html, itertools, json, math, os, re, time, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
+from .node import read_metrics
 
 # %% auto #0
 __all__ = ['PHASES', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'find_runs', 'read_run_config',
@@ -118,16 +119,6 @@ METRIC_COLUMNS = ("I", "J", "G", "model", "reward_local", "reward_external", "re
                   "clip_frac_high", "kl", "entropy", "grad_norm", "tokens_generated", "tokens_trained", "truncated",
                   *(f"seconds_{p}" for p in PHASES), "seconds_total", "peak_memory_mb", "time")
 
-def _read_jsonl(path) -> list:
-    "The JSON objects of a JSON-lines file; torn, empty and non-object lines are skipped."
-    try: text = Path(path).read_text(errors="replace")
-    except OSError: return []
-    rows = []
-    for line in text.splitlines():
-        try: r = json.loads(line)
-        except ValueError: continue
-        if isinstance(r, dict): rows.append(r)
-    return rows
 
 def _flat_row(row:dict) -> dict|None:
     "One metrics object flattened (`seconds.x` -> `seconds_x`, nested values dropped); None without a valid round."
@@ -154,7 +145,7 @@ def load_runs(
         for f in sorted((run_dir / "logs").glob("*/metrics.jsonl")):
             node = f.parent.name  # the folder is authoritative: a node writes only its own
             adaptive = str(nodes.get(node, {}).get("adaptive", "off"))
-            for r in map(_flat_row, _read_jsonl(f)):
+            for r in map(_flat_row, read_metrics(f)):
                 if r is not None: rows.append({**r, **info, "node_id": node, "adaptive": adaptive})
     df = pd.DataFrame(rows)
     extra = sorted(c for c in df.columns if c not in ID_COLUMNS + METRIC_COLUMNS)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
-from .config import SAPOConfig, ConfigError, PRESETS, NAME_RE
+from .config import SAPOConfig, ConfigError, PRESETS, valid_name
 from .node import experiment_dir, metrics_path, read_metrics, atomic_write
 from .swarm import node_configs, run_inline, parse_override
 
@@ -58,7 +58,7 @@ def resolve_plan(
 ) -> dict: # name, description, preset, rounds, nodes, seeds, fields, only, dir, configs: {name: {nodes, overrides, config}}, runs
     "A plan with the overrides applied and every node config built and checked; nothing runs."
     name, p = _plan(plan)
-    if not NAME_RE.match(name): raise ValueError(f"plan name {name!r}: use letters, digits, '_', '.', '-'")
+    if not valid_name(name): raise ValueError(f"plan name {name!r}: use letters, digits, '_', '.', '-'")
     pre = p.get("preset", "paper")
     if pre not in PRESETS: raise ConfigError(f"preset: got {pre!r}; allowed: {', '.join(PRESETS)}")
     fields = dict(fields or {})
@@ -71,7 +71,7 @@ def resolve_plan(
     top = {**fields, **({} if rounds is None else dict(rounds=rounds)), **({} if model is None else dict(model=model))}
     exp_root, configs, runs = Path(root) / name, {}, []
     for c, over in p["configs"].items():
-        if not isinstance(c, str) or not NAME_RE.match(c) or c in (".", ".."):
+        if not valid_name(c):
             raise ValueError(f"configuration name {c!r}: use letters, digits, '_', '.', '-' (it names a folder)")
         over = dict(over); n = _whole("nodes", nodes if nodes is not None else over.pop("nodes", p.get("nodes", 1)), 1)
         over.pop("nodes", None)

@@ -8,6 +8,7 @@ import json, logging, math, os, re, tempfile, threading, time, weakref, asyncio
 from collections import Counter
 from dataclasses import dataclass, asdict
 from pathlib import Path
+from .config import valid_name
 
 # %% auto #0
 __all__ = ['logger', 'SCHEMA_VERSION', 'REJECT_REASONS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout',
@@ -33,11 +34,9 @@ class PoolLimits:
                 raise ValueError(f"PoolLimits.{k} must be a positive int, got {v!r}")
 
 # %% ../nbs/05_transport.ipynb #ee594e15
-_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
 def valid_node_id(node_id) -> bool:
-    "True if `node_id` is safe as a file name and DHT subkey (no separators, no `..`, no leading dot)."
-    return isinstance(node_id, str) and _ID_RE.fullmatch(node_id) is not None and ".." not in node_id
+    "True if `node_id` is safe as a file name and DHT subkey (no separators, no `..`, no leading dot): the config's rule."
+    return valid_name(node_id)
 
 # %% ../nbs/05_transport.ipynb #2e276dba
 def make_rollout(round: int, # round number the groups belong to
