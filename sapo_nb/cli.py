@@ -44,7 +44,7 @@ def demo(cfg:SAPOConfig, questions:int=4, log=print) -> float:
     from sapo_nb.rewards import make_reward_fn
     from sapo_nb.grpo import generate_completions
     t0 = time.perf_counter()
-    pol = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    pol = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype, compute_dtype=cfg.compute_dtype)
     log(f"loaded {cfg.model} on {pol.device} in {time.perf_counter() - t0:.1f} s")
     qs = TaskStream(cfg.mix, seed=cfg.seed, node_id=cfg.node_id).next(questions)
     reward = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=cfg.partial_credit)

@@ -22,6 +22,7 @@ CHOICES = dict(
     transport=("folder", "memory", "hivemind"),
     device=("auto", "cpu", "cuda"),
     dtype=("auto", "float32", "bfloat16", "float16"),
+    compute_dtype=("auto", "float32", "bfloat16"),
 )
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # node ids and experiment names: safe as file names
 
@@ -94,7 +95,8 @@ class SAPOConfig:
     # --- checkpoints and hardware
     checkpoint_every: int = _f(10, "rounds between checkpoints (0: never)")
     device: str = _f("auto", "'auto' (CUDA if present), 'cpu' or 'cuda'")
-    dtype: str = _f("auto", "'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16' or 'float16'")
+    dtype: str = _f("auto", "weights (and optimizer state): 'auto' = float32, so small updates are not rounded away; 'bfloat16' or 'float16' halve memory")
+    compute_dtype: str = _f("auto", "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware has it (CUDA, CPUs with AMX/AVX512-BF16), else float32")
 
     def __post_init__(self):
         self.tasks, self.initial_peers = tuple(self.tasks), tuple(self.initial_peers)

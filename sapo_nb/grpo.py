@@ -8,8 +8,9 @@ import math, time
 from dataclasses import dataclass, field
 
 # %% auto #0
-__all__ = ['Completions', 'eos_ids', 'generate_completions', 'encode_batch', 'group_advantages', 'token_logprobs',
-           'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer', 'completion_logprob']
+__all__ = ['Completions', 'eos_ids', 'prefill_prompts', 'generate_completions', 'encode_batch', 'group_advantages',
+           'token_logprobs', 'shared_prompt_logprobs', 'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer',
+           'completion_logprob']
 
 # %% ../nbs/04_grpo.ipynb #c952f213
 def _torch():
@@ -37,9 +38,33 @@ def eos_ids(model, tokenizer) -> set:
     return ids
 
 # %% ../nbs/04_grpo.ipynb #c657dd3a
+def _accepts(fn, name:str) -> bool:
+    "True if callable `fn` takes a keyword argument `name` (or **kwargs)."
+    import inspect
+    ps = inspect.signature(fn).parameters
+    return name in ps or any(p.kind == p.VAR_KEYWORD for p in ps.values())
+
+def prefill_prompts(model, input_ids, attention_mask, G:int):
+    "KV cache of the left-padded prompts without their last token, computed once and repeated `G` times (None if unsupported)."
+    if input_ids.shape[1] < 2: return None
+    kw = dict(logits_to_keep=1) if _accepts(model.forward, "logits_to_keep") else {}
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: count from the first real token
+    out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, :-1],
+                use_cache=True, **kw)
+    cache = getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "batch_repeat_interleave"): return None
+    cache.batch_repeat_interleave(G)
+    return cache
+
+
+# %% ../nbs/04_grpo.ipynb #f249b112
 def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:int=256,
-                         temperature:float=1.0, top_p:float=1.0, seed:int|None=None) -> Completions:
+                         temperature:float=1.0, top_p:float=1.0, seed:int|None=None,
+                         compute_dtype=None,             # autocast dtype (None: the weights' dtype)
+                         share_prompt_cache:bool=True,   # prefill each prompt once, not G times
+                        ) -> Completions:
     "Sample `G` completions for every prompt in one batched `generate` call."
+    from sapo_nb.models import compute_context
     torch = _torch()
     if seed is not None: torch.manual_seed(seed)
     tokenizer.padding_side = "left"
@@ -48,9 +73,12 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
     t0 = time.perf_counter()
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                             max_new_tokens=max_new_tokens, num_return_sequences=G, use_cache=True,
+    with torch.no_grad(), compute_context(model, compute_dtype):
+        cache = prefill_prompts(model, enc["input_ids"], enc["attention_mask"], G) if share_prompt_cache and G > 1 else None
+        out = model.generate(input_ids=enc["input_ids"].repeat_interleave(G, 0),
+                             attention_mask=enc["attention_mask"].repeat_interleave(G, 0), past_key_values=cache,
+                             do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                             max_new_tokens=max_new_tokens, use_cache=True,
                              eos_token_id=sorted(eos), pad_token_id=tokenizer.pad_token_id)
     if was_training: model.train()
     seconds = time.perf_counter() - t0
@@ -64,6 +92,7 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
         truncated.append(stop is None and len(row) >= max_new_tokens)
     by_prompt = lambda xs: [xs[p*G:(p+1)*G] for p in range(len(prompts))]
     return Completions(by_prompt(texts), by_prompt(n_tokens), by_prompt(truncated), seconds)
+
 
 # %% ../nbs/04_grpo.ipynb #13c75e48
 def encode_batch(tokenizer, prompts:list, completions:list, ended:list, max_completion_tokens:int=256) -> dict:
@@ -96,18 +125,70 @@ def group_advantages(rewards:list, eps:float=1e-4) -> tuple:
     return adv, (zero / len(rewards) if rewards else 0.0)
 
 # %% ../nbs/04_grpo.ipynb #936bc50b
-def token_logprobs(model, input_ids, attention_mask, temperature:float=1.0, with_entropy:bool=False):
-    "Log-prob of every token given its prefix, shape `[B, T-1]` (aligned with `input_ids[:, 1:]`); optionally the entropy."
+def token_logprobs(model, input_ids, attention_mask, temperature:float=1.0, with_entropy:bool=False, start:int=0):
+    "Log-prob of every token given its prefix, `[B, T-1]` aligned with `input_ids[:, 1:]`; 0 before `start`. Optionally the entropy."
     torch = _torch()
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
+    T = input_ids.shape[1]
+    start = max(0, min(int(start), T - 2)) if _accepts(model.forward, "logits_to_keep") else 0
+    kw = dict(logits_to_keep=T - start) if start else {}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw).logits[:, :-1].float()
     if temperature != 1.0: logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1) - lse
-    if not with_entropy: return logp
+    logp = logits.gather(-1, input_ids[:, start + 1:, None]).squeeze(-1) - lse
+    pad = lambda x: torch.nn.functional.pad(x, (start, 0))
+    if not with_entropy: return pad(logp)
     with torch.no_grad():
         probs = torch.softmax(logits, dim=-1)
         entropy = lse - (probs * logits).sum(-1)
-    return logp, entropy
+    return pad(logp), pad(entropy)
+
+
+# %% ../nbs/04_grpo.ipynb #1f601361
+def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, groups:list, temperature:float=1.0,
+                           with_entropy:bool=False):
+    "`token_logprobs` of a right-padded batch, each distinct prompt (rows with the same `groups` id) run once."
+    torch = _torch()
+    if getattr(model, "is_gradient_checkpointing", False) or not _accepts(model.forward, "past_key_values"): return None
+    B, T = input_ids.shape
+    dev = input_ids.device
+    lens, has = attention_mask.sum(1), completion_mask.any(1)
+    plen = torch.where(has, completion_mask.argmax(1), lens)  # prompt tokens per row
+    order = list(dict.fromkeys(groups))
+    gi = torch.tensor([order.index(g) for g in groups], device=dev)
+    first = [groups.index(g) for g in order]
+    P = plen[first]
+    same = input_ids[torch.tensor(first, device=dev)][gi] == input_ids  # every row's prompt is its group's prompt?
+    in_prompt = torch.arange(T, device=dev)[None] < plen[:, None]
+    if int(P.min()) < 2 or not torch.equal(plen, P[gi]) or not bool(same[in_prompt].all()): return None
+    Wp, pad = int(P.max()) - 1, 0  # padding positions are masked: any token id will do
+    pids = torch.full((len(order), Wp), pad, dtype=input_ids.dtype, device=dev)
+    patt = torch.zeros((len(order), Wp), dtype=attention_mask.dtype, device=dev)
+    for k, r in enumerate(first):  # the prompts without their last token, left-padded
+        n = int(P[k]) - 1
+        pids[k, Wp - n:], patt[k, Wp - n:] = input_ids[r, :n], 1
+    kw = dict(logits_to_keep=1) if _accepts(model.forward, "logits_to_keep") else {}
+    out = model(input_ids=pids, attention_mask=patt, position_ids=(patt.cumsum(-1) - 1).clamp(min=0), use_cache=True, **kw)
+    cache = getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "batch_select_indices"): return None
+    cache.batch_select_indices(gi)  # one copy of its prompt's cache per row (indexing keeps the gradient)
+    n_c = lens - plen
+    Wc = int(n_c.max()) + 1
+    cids = torch.full((B, Wc), pad, dtype=input_ids.dtype, device=dev)
+    catt = torch.zeros((B, Wc), dtype=attention_mask.dtype, device=dev)
+    for b in range(B):  # last prompt token + the completion, right-padded
+        n = int(n_c[b]) + 1
+        cids[b, :n], catt[b, :n] = input_ids[b, plen[b] - 1:plen[b] - 1 + n], 1
+    logits = model(input_ids=cids, attention_mask=torch.cat([patt[gi], catt], 1), past_key_values=cache, use_cache=True,
+                   position_ids=(plen - 1)[:, None] + torch.arange(Wc, device=dev)).logits[:, :-1].float()
+    if temperature != 1.0: logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    lp = logits.gather(-1, cids[:, 1:, None]).squeeze(-1) - lse
+    src, dst = catt[:, 1:].bool(), completion_mask[:, 1:].bool()  # the same count per row, in the same order
+    place = lambda x: torch.zeros((B, T - 1), dtype=x.dtype, device=dev).masked_scatter(dst, x[src])
+    if not with_entropy: return place(lp)
+    with torch.no_grad():
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return place(lp), place(entropy)
 
 # %% ../nbs/04_grpo.ipynb #ab8ae7ea
 def loss_denominator(mask, loss_norm:str="token", max_new_tokens:int=256):
@@ -152,13 +233,16 @@ class GRPOTrainer:
     def __init__(self, model, tokenizer, *, learning_rate:float=5e-7, optimizer:str="adamw", weight_decay:float=0.0,
                  eps_low:float=0.2, eps_high:float=0.28, beta:float=0.0, adv_eps:float=1e-4, loss_norm:str="token",
                  num_iterations:int=1, minibatches:int=1, max_grad_norm:float=1.0, gradient_checkpointing:bool=False,
-                 max_new_tokens:int=256, temperature:float=1.0, micro_batch_size:int=8, ref_model=None):
+                 max_new_tokens:int=256, temperature:float=1.0, micro_batch_size:int=8, ref_model=None,
+                 compute_dtype=None, share_prompts:bool=True):
         loss_denominator(_torch().ones(1, 1), loss_norm)  # fail early on a bad name
         self.model, self.tokenizer = model, tokenizer
         self.opt = make_optimizer([p for p in model.parameters() if p.requires_grad], optimizer, learning_rate, weight_decay)
         self.eps_low, self.eps_high, self.beta, self.adv_eps, self.loss_norm = eps_low, eps_high, beta, adv_eps, loss_norm
         self.num_iterations, self.minibatches, self.max_grad_norm = num_iterations, minibatches, max_grad_norm
         self.max_new_tokens, self.temperature, self.micro_batch_size = max_new_tokens, temperature, micro_batch_size
+        self.compute_dtype = compute_dtype  # autocast dtype of the forward passes (None: the weights' dtype)
+        self.share_prompts = share_prompts  # one prompt pass per group (`shared_prompt_logprobs`)
         if beta > 0 and ref_model is None:
             import copy
             ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -177,14 +261,16 @@ def _chunks(xs, n):
 
 def _step(self:GRPOTrainer, prompts:list, completions:list, rewards:list, ended:list|None=None) -> dict:
     "One round's GRPO update on groups of text completions; returns loss, clip fractions, KL, entropy, grad norm, tokens."
+    from sapo_nb.models import compute_context
     torch = _torch()
     t0 = time.perf_counter()
     adv, frac_zero = group_advantages(rewards, self.adv_eps)
     ended = ended or [[True]*len(g) for g in completions]
-    flat = [(p, c, e, a) for p, cs, es, As in zip(prompts, completions, ended, adv, strict=True)
+    flat = [(p, c, e, a, k) for k, (p, cs, es, As) in enumerate(zip(prompts, completions, ended, adv, strict=True))
             for c, e, a in zip(cs, es, As, strict=True)]
     enc = encode_batch(self.tokenizer, [f[0] for f in flat], [f[1] for f in flat], [f[2] for f in flat], self.max_new_tokens)
     A = torch.tensor([f[3] for f in flat], dtype=torch.float32)
+    t_encode = time.perf_counter() - t0
     cmask = enc["completion_mask"][:, 1:]
     dev = self.model.device
     one_step = self.num_iterations == 1 and self.minibatches == 1
@@ -195,12 +281,19 @@ def _step(self:GRPOTrainer, prompts:list, completions:list, rewards:list, ended:
         w = int(enc["attention_mask"][idx].sum(1).max())
         return (enc["input_ids"][idx, :w].to(dev), enc["attention_mask"][idx, :w].to(dev), cmask[idx, :w-1].to(dev))
 
+    def forward(model, idx, ids, att, **kw):  # token log-probs of rows idx: one prompt pass per group where possible
+        cm = enc["completion_mask"][idx, :ids.shape[1]].to(dev)
+        out = shared_prompt_logprobs(model, ids, att, cm, [flat[i][4] for i in idx], self.temperature, **kw) if self.share_prompts else None
+        start = max(0, int(cm.argmax(1).min()) - 1)  # else whole sequences, logits from the first completion on
+        return out if out is not None else token_logprobs(model, ids, att, self.temperature, start=start, **kw)
+
     old, ref = {}, {}
     with torch.no_grad():
         for mb in _chunks(needed, math.ceil(len(needed) / self.micro_batch_size)) if needed else []:
             ids, att, _ = run(mb)
-            if not one_step: old.update(zip(mb, token_logprobs(self.model, ids, att, self.temperature)))
-            if self.ref_model is not None: ref.update(zip(mb, token_logprobs(self.ref_model, ids, att, self.temperature)))
+            with compute_context(self.model, self.compute_dtype):
+                if not one_step: old.update(zip(mb, forward(self.model, mb, ids, att)))
+                if self.ref_model is not None: ref.update(zip(mb, forward(self.ref_model, mb, ids, att)))
 
     st = dict(loss=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, entropy=0.0, tokens=0.0, steps=0, grad_norm=0.0)
     self.model.train()
@@ -212,7 +305,8 @@ def _step(self:GRPOTrainer, prompts:list, completions:list, rewards:list, ended:
             self.opt.zero_grad(set_to_none=True)
             for mb in _chunks(active, math.ceil(len(active) / self.micro_batch_size)):
                 ids, att, mask = run(mb)
-                logp, ent = token_logprobs(self.model, ids, att, self.temperature, with_entropy=True)
+                with compute_context(self.model, self.compute_dtype):
+                    logp, ent = forward(self.model, mb, ids, att, with_entropy=True)
                 o = logp.detach() if one_step else torch.stack([old[i][:logp.shape[1]] for i in mb])
                 r = torch.stack([ref[i][:logp.shape[1]] for i in mb]) if ref else None
                 z = Z if Z.ndim == 0 else Z[[part.index(i) for i in mb]]
@@ -233,7 +327,7 @@ def _step(self:GRPOTrainer, prompts:list, completions:list, rewards:list, ended:
                 kl=st["kl"] / n, entropy=st["entropy"] / n, grad_norm=st["grad_norm"], steps=st["steps"],
                 tokens_trained=int(st["tokens"]), tokens_batch=int(cmask.sum()), frac_zero_std=frac_zero,
                 reward_mean=float(sum(map(sum, rewards)) / max(1, sum(map(len, rewards)))),
-                seconds=time.perf_counter() - t0)
+                seconds=time.perf_counter() - t0, seconds_encode=t_encode)
 
 GRPOTrainer.step = _step
 

