@@ -22,7 +22,7 @@ external group passes selection: the round's worst case. `--real-rewards` scores
 Each (config, variant) runs in a fresh subprocess, so peak memory is its own. Results go to
 bench/results/round_breakdown_<device>.json and a markdown table on stdout (the docs page reads the JSON).
 """
-import argparse, functools, json, os, platform, random, resource, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, functools, json, os, platform, random, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -41,10 +41,13 @@ def spread_rewards(seed):
     return reward
 
 
-def peak_memory_mb(device):
-    import torch
-    if str(device).startswith("cuda"): return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def summarise(rows, phases, device):
+    "Median seconds per phase, median generated tokens, generation tokens/s and peak memory of measured rounds."
+    from sapo_nb.node import _peak_memory_mb  # the number a node's metrics row reports
+    return dict(seconds={k: statistics.median(row["seconds"].get(k, 0.0) for row in rows) for k in phases + ("total",)},
+                tokens_generated=statistics.median(row["tokens_generated"] for row in rows),
+                generate_tokens_per_s=sum(r["tokens_generated"] for r in rows) / sum(r["seconds"]["generate"] for r in rows),
+                peak_memory_mb=_peak_memory_mb(device))
 
 
 def make_config(name, a, node_id="node-0", root=None, **extra):
@@ -68,20 +71,13 @@ def fill_pool(transport, r, groups, peers, G, seed):
 def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questions, opt):
     "One round the straightforward way: a generate per question, then a forward/backward per sequence, float32."
     import torch
-    from sapo_nb.grpo import eos_ids, encode_batch, group_advantages, token_logprobs, grpo_loss
+    from sapo_nb.grpo import encode_batch, generate_completions, group_advantages, token_logprobs, grpo_loss
     model, tok, G = policy.model, policy.tokenizer, cfg.completions_per_question
-    eos, sec, texts, ended, n_tok = sorted(eos_ids(model, tok)), {}, [], [], 0
-    t = time.perf_counter(); model.eval()
-    with torch.no_grad():
-        for p in prompts:
-            enc = tok([p], return_tensors="pt", add_special_tokens=False).to(model.device)
-            out = model.generate(**enc, do_sample=True, temperature=cfg.temperature, top_k=0, max_new_tokens=cfg.max_new_tokens,
-                                 num_return_sequences=G, eos_token_id=eos, pad_token_id=tok.pad_token_id)
-            rows = out[:, enc["input_ids"].shape[1]:].tolist()
-            stops = [next((i for i, x in enumerate(row) if x in eos), None) for row in rows]
-            texts.append([tok.decode(row[:s] if s is not None else row, skip_special_tokens=True) for row, s in zip(rows, stops)])
-            ended.append([s is not None for s in stops])
-            n_tok += sum(len(row) if s is None else s + 1 for row, s in zip(rows, stops))
+    sec, texts, ended, n_tok = {}, [], [], 0
+    t = time.perf_counter()
+    for p in prompts:  # one question at a time, its prompt copied G times, float32
+        c = generate_completions(model, tok, [p], G, cfg.max_new_tokens, cfg.temperature, share_prompt_cache=False)
+        texts += c.texts; ended += [[not x for x in c.truncated[0]]]; n_tok += c.total_tokens
     sec["generate"] = time.perf_counter() - t; t = time.perf_counter()
     rewards = [reward_fn(q, c) for q, c in zip(questions, texts)] + [reward_fn(None, c) for c in ext_comps]
     sec["reward"] = time.perf_counter() - t; t = time.perf_counter()
@@ -138,12 +134,9 @@ def worker(a):
         for r in range(1, (a.rounds if variant == "ours" else a.plain_rounds) + 1):
             fill_pool(node.transport, r, peer_groups, a.peers, G, a.seed)
             rows.append(node.run_round(r))
-        out["seconds"] = {k: statistics.median(row["seconds"].get(k, 0.0) for row in rows) for k in PHASES + ("total",)}
-        out["tokens_generated"] = statistics.median(row["tokens_generated"] for row in rows)
+        out.update(summarise(rows, PHASES, node.policy.device))  # peak memory before the extra measurements below
         out["tokens_trained"] = statistics.median(row["tokens_trained"] for row in rows)
         out["pool_selected"] = statistics.median(row["pool_selected"] for row in rows)
-        out["generate_tokens_per_s"] = sum(r["tokens_generated"] for r in rows) / sum(r["seconds"]["generate"] for r in rows)
-        out["peak_memory_mb"] = peak_memory_mb(node.policy.device)  # before the extra measurements below
     if variant == "ours":  # the swarm's cost with many peers, and generation with the prompt copied G times
         over = {}
         for peers in sorted(set(a.overhead_peers)):
@@ -175,10 +168,7 @@ def worker(a):
             ext_prompts = [node.format_prompt(node.policy.tokenizer, g) for g in peer_groups[:cfg.external_questions]]
             ext_comps = [g["completions"] for g in peer_groups[:cfg.external_questions]]
             rows.append(plain_round(node.policy, cfg, prompts, ext_prompts, ext_comps, node.reward_fn, qs, opt))
-        out["seconds"] = {k: statistics.median(row["seconds"].get(k, 0.0) for row in rows) for k in ("generate", "reward", "train", "total")}
-        out["tokens_generated"] = statistics.median(row["tokens_generated"] for row in rows)
-        out["generate_tokens_per_s"] = sum(r["tokens_generated"] for r in rows) / sum(r["seconds"]["generate"] for r in rows)
-        out["peak_memory_mb"] = peak_memory_mb(node.policy.device)
+        out.update(summarise(rows, ("generate", "reward", "train"), node.policy.device))
     shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(out))
 
@@ -190,7 +180,8 @@ def nodes_worker(a):
     from sapo_nb.transport import MemoryTransport
     name = a.nodes_worker
     pool, root = MemoryTransport(), tempfile.mkdtemp(prefix="sapo_rb_")
-    base = peak_memory_mb(a.device)
+    from sapo_nb.node import _peak_memory_mb
+    base = _peak_memory_mb(a.device)
     nodes = []
     for i in range(a.nodes_per_process):
         n = SwarmNode(make_config(name, a, node_id=f"node-{i}", root=root, transport="memory"), transport=pool, log=lambda *_: None)
@@ -202,7 +193,7 @@ def nodes_worker(a):
         states = [n.begin_round(r) for n in nodes]
         for n, s in zip(nodes, states): n.finish_round(s)
         times.append(time.perf_counter() - t)
-    peak = peak_memory_mb(a.device)
+    peak = _peak_memory_mb(a.device)
     shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(dict(config=name, nodes=a.nodes_per_process, peak_memory_mb=peak, base_memory_mb=base,
                           per_node_mb=(peak - base) / a.nodes_per_process, seconds_per_round_all=times[-1],
@@ -326,8 +317,8 @@ def retable(path):
     res = json.loads(path.read_text())
     for r in res["configs"].values():
         o, rf = r["ours"], r["ours"]["roofline"]
-        pol = load_policy(res["model"], device="cpu", compute_dtype=o["compute_dtype"].replace("torch.", ""))
         dt = o["compute_dtype"].replace("torch.", "")
+        pol = load_policy(res["model"], device="cpu", compute_dtype=dt)
         o["roofline"] = roofline(model_dims(pol.model, pol.compute_dtype), rf["machine"], dt, rf["batch"], rf["steps"],
                                  o["prefill"]["prompt_tokens"], o["prefill"]["shared"]["seconds"])
     res["table"] = table(res)
@@ -353,10 +344,10 @@ def main(argv=None):
     p.add_argument("--nodes-worker", help=argparse.SUPPRESS)
     p.add_argument("--retable", action="store_true", help="recompute the roofline and the table of --out from its measurements")
     a = p.parse_args(argv)
-    if a.worker: return worker(a)
-    if a.retable: return retable(Path(a.out or HERE / "results" / f"round_breakdown_{a.device.split(':')[0]}.json"))
-    if a.nodes_worker: return nodes_worker(a)
     out = Path(a.out or HERE / "results" / f"round_breakdown_{a.device.split(':')[0]}.json")
+    if a.worker: return worker(a)
+    if a.retable: return retable(out)
+    if a.nodes_worker: return nodes_worker(a)
     res = dict(date=time.strftime("%Y-%m-%d"), model=a.model, device=a.device, host=platform.node(), configs={})
     if out.exists():  # keep the configs this run does not redo: one file per device, built up config by config
         old = json.loads(out.read_text())

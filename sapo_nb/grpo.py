@@ -8,9 +8,9 @@ import math, time
 from dataclasses import dataclass, field
 
 # %% auto #0
-__all__ = ['Completions', 'eos_ids', 'prefill_prompts', 'generate_completions', 'encode_batch', 'group_advantages',
-           'token_logprobs', 'shared_prompt_logprobs', 'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer',
-           'completion_logprob']
+__all__ = ['Completions', 'eos_ids', 'prompt_cache', 'prefill_prompts', 'generate_completions', 'encode_batch',
+           'group_advantages', 'token_logprobs', 'shared_prompt_logprobs', 'loss_denominator', 'grpo_loss',
+           'make_optimizer', 'GRPOTrainer', 'completion_logprob']
 
 # %% ../nbs/04_grpo.ipynb #c952f213
 def _torch():
@@ -44,16 +44,19 @@ def _accepts(fn, name:str) -> bool:
     ps = inspect.signature(fn).parameters
     return name in ps or any(p.kind == p.VAR_KEYWORD for p in ps.values())
 
+def prompt_cache(model, input_ids, attention_mask):
+    "KV cache of left-padded token ids (positions counted from each row's first real token); None if the model gives none."
+    kw = dict(logits_to_keep=1) if _accepts(model.forward, "logits_to_keep") else {}
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
+                use_cache=True, **kw)
+    cache = getattr(out, "past_key_values", None)
+    return cache if hasattr(cache, "batch_select_indices") else None
+
 def prefill_prompts(model, input_ids, attention_mask, G:int):
     "KV cache of the left-padded prompts without their last token, computed once and repeated `G` times (None if unsupported)."
     if input_ids.shape[1] < 2: return None
-    kw = dict(logits_to_keep=1) if _accepts(model.forward, "logits_to_keep") else {}
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: count from the first real token
-    out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, :-1],
-                use_cache=True, **kw)
-    cache = getattr(out, "past_key_values", None)
-    if cache is None or not hasattr(cache, "batch_repeat_interleave"): return None
-    cache.batch_repeat_interleave(G)
+    cache = prompt_cache(model, input_ids[:, :-1], attention_mask[:, :-1])
+    if cache is not None: cache.batch_repeat_interleave(G)
     return cache
 
 
@@ -131,16 +134,21 @@ def token_logprobs(model, input_ids, attention_mask, temperature:float=1.0, with
     T = input_ids.shape[1]
     start = max(0, min(int(start), T - 2)) if _accepts(model.forward, "logits_to_keep") else 0
     kw = dict(logits_to_keep=T - start) if start else {}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw).logits[:, :-1].float()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw).logits[:, :-1]
+    pad = lambda x: torch.nn.functional.pad(x, (start, 0))
+    return _target_logprobs(logits, input_ids[:, start + 1:], temperature, with_entropy, pad)
+
+def _target_logprobs(logits, targets, temperature:float, with_entropy:bool, place):
+    "Log-prob of `targets` under `logits / temperature` (and the entropy), each passed through `place`."
+    torch = _torch()
+    logits = logits.float()
     if temperature != 1.0: logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, input_ids[:, start + 1:, None]).squeeze(-1) - lse
-    pad = lambda x: torch.nn.functional.pad(x, (start, 0))
-    if not with_entropy: return pad(logp)
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
+    if not with_entropy: return place(logp)
     with torch.no_grad():
-        probs = torch.softmax(logits, dim=-1)
-        entropy = lse - (probs * logits).sum(-1)
-    return pad(logp), pad(entropy)
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return place(logp), place(entropy)
 
 
 # %% ../nbs/04_grpo.ipynb #1f601361
@@ -166,10 +174,8 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
     for k, r in enumerate(first):  # the prompts without their last token, left-padded
         n = int(P[k]) - 1
         pids[k, Wp - n:], patt[k, Wp - n:] = input_ids[r, :n], 1
-    kw = dict(logits_to_keep=1) if _accepts(model.forward, "logits_to_keep") else {}
-    out = model(input_ids=pids, attention_mask=patt, position_ids=(patt.cumsum(-1) - 1).clamp(min=0), use_cache=True, **kw)
-    cache = getattr(out, "past_key_values", None)
-    if cache is None or not hasattr(cache, "batch_select_indices"): return None
+    cache = prompt_cache(model, pids, patt)
+    if cache is None: return None
     cache.batch_select_indices(gi)  # one copy of its prompt's cache per row (indexing keeps the gradient)
     n_c = lens - plen
     Wc = int(n_c.max()) + 1
@@ -179,16 +185,10 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
         n = int(n_c[b]) + 1
         cids[b, :n], catt[b, :n] = input_ids[b, plen[b] - 1:plen[b] - 1 + n], 1
     logits = model(input_ids=cids, attention_mask=torch.cat([patt[gi], catt], 1), past_key_values=cache, use_cache=True,
-                   position_ids=(plen - 1)[:, None] + torch.arange(Wc, device=dev)).logits[:, :-1].float()
-    if temperature != 1.0: logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)
-    lp = logits.gather(-1, cids[:, 1:, None]).squeeze(-1) - lse
+                   position_ids=(plen - 1)[:, None] + torch.arange(Wc, device=dev)).logits[:, :-1]
     src, dst = catt[:, 1:].bool(), completion_mask[:, 1:].bool()  # the same count per row, in the same order
     place = lambda x: torch.zeros((B, T - 1), dtype=x.dtype, device=dev).masked_scatter(dst, x[src])
-    if not with_entropy: return place(lp)
-    with torch.no_grad():
-        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    return place(lp), place(entropy)
+    return _target_logprobs(logits, cids[:, 1:], temperature, with_entropy, place)
 
 # %% ../nbs/04_grpo.ipynb #ab8ae7ea
 def loss_denominator(mask, loss_norm:str="token", max_new_tokens:int=256):

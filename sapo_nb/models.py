@@ -68,9 +68,8 @@ def resolve_device(device:str="auto", # 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'
     raise ValueError(f"device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
 
 def resolve_dtype(dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype
-                  device:str="cpu",     # the resolved device (kept for callers; 'auto' is float32 on all)
                  ):
-    "The torch dtype of the policy's weights: float32 unless asked otherwise."
+    "The torch dtype of the policy's weights: float32 unless asked otherwise, on every device."
     import torch
     if isinstance(dtype, torch.dtype): return dtype
     if dtype == "auto": return torch.float32
@@ -385,7 +384,7 @@ def load_policy(name:str|os.PathLike=EMBEDDED_MODEL,  # 'smollm2-135m', 'tiny', 
     "Load a policy by name, on `device` in `dtype`, with a tokenizer ready for batched generation."
     name = os.fspath(name)
     device = resolve_device(device)
-    dtype, compute = resolve_dtype(dtype, device), resolve_compute_dtype(compute_dtype, device)
+    dtype, compute = resolve_dtype(dtype), resolve_compute_dtype(compute_dtype, device)
     if name in TINY_MODELS:
         tokenizer = tiny_tokenizer(name)
         model = tiny_model(tokenizer, seed=seed).to(dtype)
