@@ -5,11 +5,14 @@ For each config (`quick`: the cpu preset, I=2 J=2 G=4, 32 tokens; `paper`: I=4 J
 seconds per phase (generate, reward, publish, collect, select, encode, train), generation tokens/s, the swarm's
 overhead (publish + collect + select, validation included) as a share of the round, and peak memory.
 In the same run, on the same questions:
-  plain      the straightforward way, as the reference implementation does it: one `generate` per question,
-             then one forward/backward per sequence, float32 throughout
-  batched    our batched code as it stood before this benchmark's work: float32 arithmetic, each prompt copied G
-             times for generation and run whole with every sequence in training (what the three changes buy)
-  copied     our generation with the prompt copied G times (what prefilling each prompt once buys, alone)
+  plain      the straightforward way, as the reference implementation does it: one `generate(do_sample=True)`
+             per question, then one forward/backward per sequence, float32 throughout
+  batched    our batched code as it stood before this benchmark's work: float32 arithmetic, `generate`'s own
+             multinomial draw, each prompt copied G times for generation and run whole with every sequence in
+             training (what the changes buy together)
+and, one change undone at a time, our generation with: the prompt copied G times (`copied`), `generate`'s
+multinomial draw (`multinomial`), the float32 weights under bfloat16 autocast instead of the sampling copy
+(`autocast`),
 and the swarm overhead with 512 peers, and the machine's measured matmul/memory roofline for generation.
 
 Rewards are random with spread in every group (one 1 and one 0 at least), so every sequence is trained and every
@@ -76,7 +79,7 @@ def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questio
     sec, texts, ended, n_tok = {}, [], [], 0
     t = time.perf_counter()
     for p in prompts:  # one question at a time, its prompt copied G times, float32
-        c = generate_completions(model, tok, [p], G, cfg.max_new_tokens, cfg.temperature, share_prompt_cache=False)
+        c = generate_completions(model, tok, [p], G, cfg.max_new_tokens, cfg.temperature, share_prompt_cache=False, inverse_cdf=False)
         texts += c.texts; ended += [[not x for x in c.truncated[0]]]; n_tok += c.total_tokens
     sec["generate"] = time.perf_counter() - t; t = time.perf_counter()
     rewards = [reward_fn(q, c) for q, c in zip(questions, texts)] + [reward_fn(None, c) for c in ext_comps]
@@ -117,7 +120,7 @@ def worker(a):
     if not a.real_rewards: node.reward_fn = spread_rewards(a.seed)
     if variant == "batched":  # no shared prompt pass, in generation or in training
         import sapo_nb.grpo as grpo
-        grpo.generate_completions = functools.partial(grpo.generate_completions, share_prompt_cache=False)
+        grpo.generate_completions = functools.partial(grpo.generate_completions, share_prompt_cache=False, inverse_cdf=False)
         node.trainer.share_prompts = False
     G, out = cfg.completions_per_question, dict(config=name, variant=variant, cfg=cfg.to_dict(), load_seconds=load_s,
                                                compute_dtype=str(node.policy.compute_dtype), device=str(node.policy.device))
@@ -150,12 +153,12 @@ def worker(a):
             over[peers] = dict(collect=tc, select=ts, publish=out["seconds"]["publish"], groups=len(cands), selected=len(ext))
         out["overhead"] = over
         prompts = [node.format_prompt(node.policy.tokenizer, q) for q in node.stream.next(cfg.local_questions)]
-        gen = {}
-        for share in (True, False):
-            c = generate_completions(node.policy.model, node.policy.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature,
-                                     seed=a.seed, compute_dtype=node.policy.compute_dtype, share_prompt_cache=share)
-            gen["shared" if share else "copied"] = dict(seconds=c.seconds, tokens=c.total_tokens,
-                                                        steps=max(max(n) for n in c.n_tokens))
+        gen, pol = {}, node.policy
+        for what, model, kw in [("shared", pol.sampler(), {}), ("copied", pol.sampler(), dict(share_prompt_cache=False)),
+                                ("multinomial", pol.sampler(), dict(inverse_cdf=False)), ("autocast", pol.model, {})]:
+            c = generate_completions(model, pol.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature,
+                                     seed=a.seed, compute_dtype=pol.compute_dtype, **kw)
+            gen[what] = dict(seconds=c.seconds, tokens=c.total_tokens, steps=max(max(n) for n in c.n_tokens))
         p_len = [len(node.policy.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         gen["prompt_tokens"] = p_len
         out["prefill"] = gen
@@ -202,25 +205,28 @@ def nodes_worker(a):
 
 # ---------------------------------------------------------------- the machine
 def machine(device, dtypes=("float32", "bfloat16"), hidden=576, inter=1536, batch=(16, 64)):
-    "Measured matmul GFLOPS (decode-shaped and large) per dtype, and memory copy bandwidth."
+    """Measured matmul GFLOPS (decode-shaped and large) per dtype, and memory copy bandwidth: each the best of five
+    timings, on buffers allocated beforehand (a fresh allocation per copy would time page faults, not memory)."""
     import torch
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    def best(fn, reps=5):
+        fn(); times = []
+        for _ in range(reps):
+            sync(); t = time.perf_counter(); fn(); sync(); times.append(time.perf_counter() - t)
+        return min(times)
     def rate(m, k, n, dt, it=10):
         x, w = torch.randn(m, k, dtype=dt, device=device), torch.randn(k, n, dtype=dt, device=device)
-        for _ in range(3): x @ w
-        sync(); t = time.perf_counter()
-        for _ in range(it): x @ w
-        sync(); return 2 * m * k * n * it / (time.perf_counter() - t) / 1e9
-    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+        out = torch.empty(m, n, dtype=dt, device=device)
+        return 2 * m * k * n * it / best(lambda: [torch.mm(x, w, out=out) for _ in range(it)]) / 1e9
     out = dict(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__)
     if str(device).startswith("cuda"): out["gpu"] = torch.cuda.get_device_name()
     for d in dtypes:
         dt = getattr(torch, d)
         out[f"gflops_{d}"] = {str(b): rate(b, hidden, inter, dt) for b in batch}
-        out[f"gflops_{d}"]["large"] = rate(2048, 2048, 2048, dt)
-    x = torch.empty(64 * 2**20, dtype=torch.float32, device=device); x.fill_(1.0)
-    sync(); t = time.perf_counter()
-    for _ in range(5): y = x.clone()
-    sync(); out["copy_gb_per_s"] = 2 * x.numel() * 4 * 5 / (time.perf_counter() - t) / 1e9
+        out[f"gflops_{d}"]["large"] = rate(2048, 2048, 2048, dt, it=3)
+    x = torch.ones(128 * 2**20, dtype=torch.float32, device=device)  # 512 MB: larger than any cache
+    y = torch.empty_like(x)
+    out["copy_gb_per_s"] = 2 * x.numel() * 4 / best(lambda: y.copy_(x)) / 1e9
     return out
 
 
@@ -298,11 +304,12 @@ def table(res):
         for peers, v in r["ours"]["overhead"].items():
             s = v["publish"] + v["collect"] + v["select"]
             L.append(f"| {name} | {peers} | {s:.4f} | {100 * s / r['ours']['seconds']['total']:.2f}% |")
-    L += ["", "| config | prefill once: generate s | prompt copied G times: generate s | ratio | roofline s | measured / roofline | bound |",
-          "|---|---:|---:|---:|---:|---:|---|"]
+    L += ["", "| config | generate s (ours) | prompt copied G times | multinomial draw | float32 weights + autocast | roofline s | ours / roofline | bound |",
+          "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, r in res["configs"].items():
         g, rf = r["ours"]["prefill"], r["ours"]["roofline"]
-        L.append(f"| {name} | {g['shared']['seconds']:.2f} | {g['copied']['seconds']:.2f} | {g['shared']['seconds'] / g['copied']['seconds']:.2f} "
+        alt = lambda k: f"{g[k]['seconds']:.2f} ({g[k]['seconds'] / g['shared']['seconds']:.2f}x)" if k in g else "-"
+        L.append(f"| {name} | {g['shared']['seconds']:.2f} | {alt('copied')} | {alt('multinomial')} | {alt('autocast')} "
                  f"| {rf['roofline_seconds']:.2f} | {rf['ratio']:.2f} | {rf['bound']} |")
     nodes = [(n, r["nodes"]) for n, r in res["configs"].items() if "nodes" in r]
     if nodes:
@@ -311,16 +318,19 @@ def table(res):
     return "\n".join(L)
 
 
-def retable(path):
-    "Re-derive the rooflines (from the stored machine numbers) and the tables of a results file; no timing is redone."
+def retable(path, remeasure=False):
+    """Re-derive the rooflines and the tables of a results file from its timings, with the stored machine numbers or
+    (`remeasure`) the machine measured again now; no round is re-run."""
     from sapo_nb.models import load_policy
     res = json.loads(path.read_text())
     for r in res["configs"].values():
         o, rf = r["ours"], r["ours"]["roofline"]
         dt = o["compute_dtype"].replace("torch.", "")
-        pol = load_policy(res["model"], device="cpu", compute_dtype=dt)
-        o["roofline"] = roofline(model_dims(pol.model, pol.compute_dtype), rf["machine"], dt, rf["batch"], rf["steps"],
+        pol = load_policy(res["model"], device=res.get("device", "cpu"), compute_dtype=dt)
+        mach = machine(pol.device, dtypes=(dt,), batch=(rf["batch"],)) if remeasure else rf["machine"]
+        o["roofline"] = roofline(model_dims(pol.model, pol.compute_dtype), mach, dt, rf["batch"], rf["steps"],
                                  o["prefill"]["prompt_tokens"], o["prefill"]["shared"]["seconds"])
+    res["machine"] = next(iter(res["configs"].values()))["ours"]["roofline"]["machine"]
     res["table"] = table(res)
     path.write_text(json.dumps(res, indent=1))
     print(res["table"])
@@ -343,23 +353,24 @@ def main(argv=None):
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--nodes-worker", help=argparse.SUPPRESS)
     p.add_argument("--retable", action="store_true", help="recompute the roofline and the table of --out from its measurements")
+    p.add_argument("--remeasure-machine", action="store_true", help="with --retable: measure the machine's roofline again")
     a = p.parse_args(argv)
     out = Path(a.out or HERE / "results" / f"round_breakdown_{a.device.split(':')[0]}.json")
     if a.worker: return worker(a)
-    if a.retable: return retable(out)
+    if a.retable: return retable(out, a.remeasure_machine)
     if a.nodes_worker: return nodes_worker(a)
     res = dict(date=time.strftime("%Y-%m-%d"), model=a.model, device=a.device, host=platform.node(), configs={})
     if out.exists():  # keep the configs this run does not redo: one file per device, built up config by config
         old = json.loads(out.read_text())
         if old.get("model") == a.model: res["configs"] = {k: v for k, v in old["configs"].items() if k not in a.configs}
-    for name in a.configs:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for name in a.configs:  # the file is rewritten after each config, so a run cut short keeps what it measured
         res["configs"][name] = {v: run_child(a, [f"--worker={name}:{v}"]) for v in ("ours", "plain") + (() if a.no_batched else ("batched",))}
         if a.nodes_per_process:
             res["configs"][name]["nodes"] = run_child(a, [f"--nodes-worker={name}", f"--nodes-per-process={a.nodes_per_process}"])
-    res["machine"] = res["configs"][a.configs[0]]["ours"]["roofline"]["machine"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    res["table"] = table(res)
-    out.write_text(json.dumps(res, indent=1))
+        res["machine"] = res["configs"][a.configs[0]]["ours"]["roofline"]["machine"]
+        res["table"] = table(res)
+        out.write_text(json.dumps(res, indent=1))
     print(res["table"])
     print(f"\nwritten to {out}")
 

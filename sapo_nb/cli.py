@@ -48,7 +48,7 @@ def demo(cfg:SAPOConfig, questions:int=4, log=print) -> float:
     log(f"loaded {cfg.model} on {pol.device} in {time.perf_counter() - t0:.1f} s")
     qs = TaskStream(cfg.mix, seed=cfg.seed, node_id=cfg.node_id).next(questions)
     reward = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=cfg.partial_credit)
-    c = generate_completions(pol.model, pol.tokenizer, [format_prompt(pol.tokenizer, q, mix_settings(cfg.mix)["prompt_style"]) for q in qs],
+    c = generate_completions(pol.sampler(), pol.tokenizer, [format_prompt(pol.tokenizer, q, mix_settings(cfg.mix)["prompt_style"]) for q in qs],
                              cfg.completions_per_question, cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=cfg.seed)
     total = []
     for q, texts in zip(qs, c.texts):

@@ -8,9 +8,9 @@ import math, time
 from dataclasses import dataclass, field
 
 # %% auto #0
-__all__ = ['Completions', 'eos_ids', 'prompt_cache', 'prefill_prompts', 'generate_completions', 'encode_batch',
-           'group_advantages', 'token_logprobs', 'shared_prompt_logprobs', 'loss_denominator', 'grpo_loss',
-           'make_optimizer', 'GRPOTrainer', 'completion_logprob']
+__all__ = ['PLAIN_HEAD_MODELS', 'Completions', 'eos_ids', 'prompt_cache', 'prefill_prompts', 'InverseCDFSampler',
+           'generate_completions', 'encode_batch', 'group_advantages', 'token_logprobs', 'shared_prompt_logprobs',
+           'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer', 'completion_logprob']
 
 # %% ../nbs/04_grpo.ipynb #c952f213
 def _torch():
@@ -60,14 +60,28 @@ def prefill_prompts(model, input_ids, attention_mask, G:int):
     return cache
 
 
+# %% ../nbs/04_grpo.ipynb #4d1c991e
+class InverseCDFSampler:
+    "A logits processor that samples the next token from `softmax(scores / temperature)` and leaves only it finite."
+    def __init__(self, temperature:float=1.0): self.temperature = temperature
+
+    def __call__(self, input_ids, scores):
+        torch = _torch()
+        cdf = torch.softmax(scores.float() / self.temperature, dim=-1).cumsum_(-1)
+        u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+        token = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)
+        return torch.full_like(scores, -math.inf).scatter_(1, token, 0.0)
+
 # %% ../nbs/04_grpo.ipynb #f249b112
 def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:int=256,
                          temperature:float=1.0, top_p:float=1.0, seed:int|None=None,
                          compute_dtype=None,             # autocast dtype (None: the weights' dtype)
                          share_prompt_cache:bool=True,   # prefill each prompt once, not G times
+                         inverse_cdf:bool=True,          # draw with `InverseCDFSampler` (False: `generate`'s multinomial)
                         ) -> Completions:
     "Sample `G` completions for every prompt in one batched `generate` call."
     from sapo_nb.models import compute_context
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
     torch = _torch()
     if seed is not None: torch.manual_seed(seed)
     tokenizer.padding_side = "left"
@@ -76,13 +90,16 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
     t0 = time.perf_counter()
     was_training = model.training
     model.eval()
+    warpers = [TopPLogitsWarper(top_p)] if top_p < 1.0 else []  # top-p sees the tempered scores, as in `generate`
+    if warpers and temperature != 1.0: warpers.insert(0, TemperatureLogitsWarper(temperature))
+    draw = (dict(do_sample=False, logits_processor=LogitsProcessorList(warpers + [InverseCDFSampler(1.0 if warpers else temperature)]))
+            if inverse_cdf else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0))
     with torch.no_grad(), compute_context(model, compute_dtype):
         cache = prefill_prompts(model, enc["input_ids"], enc["attention_mask"], G) if share_prompt_cache and G > 1 else None
         out = model.generate(input_ids=enc["input_ids"].repeat_interleave(G, 0),
                              attention_mask=enc["attention_mask"].repeat_interleave(G, 0), past_key_values=cache,
-                             do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
                              max_new_tokens=max_new_tokens, use_cache=True,
-                             eos_token_id=sorted(eos), pad_token_id=tokenizer.pad_token_id)
+                             eos_token_id=sorted(eos), pad_token_id=tokenizer.pad_token_id, **draw)
     if was_training: model.train()
     seconds = time.perf_counter() - t0
     new = out[:, enc["input_ids"].shape[1]:].tolist()
@@ -152,6 +169,15 @@ def _target_logprobs(logits, targets, temperature:float, with_entropy:bool, plac
 
 
 # %% ../nbs/04_grpo.ipynb #1f601361
+PLAIN_HEAD_MODELS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "smollm3")  # logits = lm_head(last hidden state)
+
+def _logits_where(model, keep, **inputs):
+    "Logits `[N, V]` at the positions `keep` (`[B, W]`, True N times) of `model(**inputs)`; the output projection runs only there."
+    decoder, head = getattr(model, "get_decoder", lambda: None)(), model.get_output_embeddings()
+    if getattr(model.config, "model_type", None) in PLAIN_HEAD_MODELS and decoder is not None and head is not None:
+        return head(decoder(**inputs).last_hidden_state[keep])
+    return model(**inputs).logits[keep]
+
 def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, groups:list, temperature:float=1.0,
                            with_entropy:bool=False):
     "`token_logprobs` of a right-padded batch, each distinct prompt (rows with the same `groups` id) run once."
@@ -184,11 +210,11 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
     for b in range(B):  # last prompt token + the completion, right-padded
         n = int(n_c[b]) + 1
         cids[b, :n], catt[b, :n] = input_ids[b, plen[b] - 1:plen[b] - 1 + n], 1
-    logits = model(input_ids=cids, attention_mask=torch.cat([patt[gi], catt], 1), past_key_values=cache, use_cache=True,
-                   position_ids=(plen - 1)[:, None] + torch.arange(Wc, device=dev)).logits[:, :-1]
     src, dst = catt[:, 1:].bool(), completion_mask[:, 1:].bool()  # the same count per row, in the same order
-    place = lambda x: torch.zeros((B, T - 1), dtype=x.dtype, device=dev).masked_scatter(dst, x[src])
-    return _target_logprobs(logits, cids[:, 1:], temperature, with_entropy, place)
+    logits = _logits_where(model, torch.nn.functional.pad(src, (0, 1)), input_ids=cids, past_key_values=cache, use_cache=True,
+                           attention_mask=torch.cat([patt[gi], catt], 1), position_ids=(plen - 1)[:, None] + torch.arange(Wc, device=dev))
+    place = lambda x: torch.zeros((B, T - 1), dtype=x.dtype, device=dev).masked_scatter(dst, x)
+    return _target_logprobs(logits, cids[:, 1:][src], temperature, with_entropy, place)
 
 # %% ../nbs/04_grpo.ipynb #ab8ae7ea
 def loss_denominator(mask, loss_norm:str="token", max_new_tokens:int=256):

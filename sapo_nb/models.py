@@ -360,6 +360,24 @@ class Policy:
     dtype: Any = None                   # torch dtype of the weights
     name: str = ""                      # the name it was loaded by
     compute_dtype: Any = None           # torch dtype of the matmuls (autocast), see `resolve_compute_dtype`
+    _sampler: Any = field(default=None, repr=False, compare=False)  # the copy `sampler` keeps
+
+    def sampler(self):
+        """The model to sample from: where `compute_dtype` is narrower than the weights, a copy of `model` with its
+        weights in `compute_dtype`, refreshed from `model` at every call; else `model` itself."""
+        import copy, torch
+        m, w = self.model, next(self.model.parameters())
+        c = self.compute_dtype
+        if c is None or not (c.is_floating_point and w.is_floating_point()) or torch.finfo(c).bits >= torch.finfo(w.dtype).bits:
+            return m
+        if self._sampler is None:
+            twin = copy.deepcopy(m).eval().requires_grad_(False)
+            for p in twin.parameters(): p.grad, p.data = None, p.data.to(c)  # buffers (rotary frequencies) keep their dtype
+            self._sampler = twin
+        else:
+            with torch.no_grad():
+                for t, p in zip(self._sampler.parameters(), m.parameters(), strict=True): t.copy_(p)
+        return self._sampler
 
 def prepare_tokenizer(tokenizer, model=None):
     "Left padding and a pad token (the EOS token if it has none), mirrored into the model's configs."

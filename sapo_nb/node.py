@@ -168,7 +168,7 @@ def _generate_local(self:SwarmNode, r:int, I:int):
     from sapo_nb.grpo import generate_completions
     from sapo_nb.tasks import derive_seed
     prompts = [self.format_prompt(tok, q) for q in questions]
-    comps = generate_completions(self.policy.model, tok, prompts, cfg.completions_per_question, cfg.max_new_tokens,
+    comps = generate_completions(self.policy.sampler(), tok, prompts, cfg.completions_per_question, cfg.max_new_tokens,
                                  cfg.temperature, cfg.top_p, seed=derive_seed(cfg.seed, cfg.node_id, r, "generate"),
                                  compute_dtype=self.policy.compute_dtype)
     return questions, prompts, comps
