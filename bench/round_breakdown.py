@@ -10,10 +10,11 @@ In the same run, on the same questions:
   batched    our batched code as it stood before this benchmark's work: float32 arithmetic, `generate`'s own
              multinomial draw, each prompt copied G times for generation and run whole with every sequence in
              training (what the changes buy together)
-and, one change undone at a time, our generation with: the prompt copied G times (`copied`), `generate`'s
-multinomial draw (`multinomial`), the float32 weights under bfloat16 autocast instead of the sampling copy
-(`autocast`),
-and the swarm overhead with 512 peers, and the machine's measured matmul/memory roofline for generation.
+and, one change undone at a time, our generation with: transformers' `generate` loop instead of
+`decode_completions` (`generate`); on top of that, the prompt copied G times (`copied`) or `generate`'s multinomial
+draw (`multinomial`); the float32 weights under bfloat16 autocast instead of the sampling copy (`autocast`);
+and the swarm overhead with 512 peers, and the machine's measured matmul/memory roofline for generation (for the
+rows our loop decodes at each step, and for `generate`'s fixed batch).
 
 Rewards are random with spread in every group (one 1 and one 0 at least), so every sequence is trained and every
 external group passes selection: the round's worst case. `--real-rewards` scores for real.
@@ -154,11 +155,13 @@ def worker(a):
         out["overhead"] = over
         prompts = [node.format_prompt(node.policy.tokenizer, q) for q in node.stream.next(cfg.local_questions)]
         gen, pol = {}, node.policy
-        for what, model, kw in [("shared", pol.sampler(), {}), ("copied", pol.sampler(), dict(share_prompt_cache=False)),
+        for what, model, kw in [("shared", pol.sampler(), {}), ("generate", pol.sampler(), dict(decode_loop=False)),
+                                ("copied", pol.sampler(), dict(share_prompt_cache=False)),
                                 ("multinomial", pol.sampler(), dict(inverse_cdf=False)), ("autocast", pol.model, {})]:
             c = generate_completions(model, pol.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature,
                                      seed=a.seed, compute_dtype=pol.compute_dtype, **kw)
-            gen[what] = dict(seconds=c.seconds, tokens=c.total_tokens, steps=max(max(n) for n in c.n_tokens))
+            n = [k for row in c.n_tokens for k in row]
+            gen[what] = dict(seconds=c.seconds, tokens=c.total_tokens, steps=max(n), n_tokens=n)
         p_len = [len(node.policy.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         gen["prompt_tokens"] = p_len
         out["prefill"] = gen
@@ -240,31 +243,53 @@ def model_dims(model, compute_dtype):
                 kv_bytes_per_token=2 * c.num_hidden_layers * kv_heads * head_dim * size)
 
 
-def roofline(dims, mach, dt, batch, steps, prompt_tokens, measured_seconds):
-    """Lower bound on a generate call's time on this machine: the prefill at the large-matmul rate, then per decode
-    step the larger of its matmul time (at the measured decode-shaped rate) and the time to read the weights and
-    every sequence's KV cache once at the measured copy bandwidth."""
+def decode_batches(B):
+    "The batch sizes whose matmul rate the roofline needs: powers of two below `B`, and `B`."
+    return tuple(sorted({2**k for k in range(max(B, 1).bit_length()) if 2**k < B} | {B}))
+
+
+def rows_per_step(n_tokens):
+    "Rows still decoding at each step, for completions of `n_tokens` tokens each (the least work that produces them)."
+    return [sum(n > k for n in n_tokens) for k in range(max(n_tokens))]
+
+
+def roofline(dims, mach, dt, rows, prompt_tokens, measured_seconds, G):
+    """Lower bound on a generation call's time on this machine: the distinct prompts prefilled at the large-matmul
+    rate, then for each decode step, with `rows[k]` sequences decoding, the larger of its matmul time (at the rate
+    measured for the next measured batch size up) and the time to read the weights and those sequences' KV caches
+    once at the measured copy bandwidth."""
     flops_tok = 2 * dims["params"]  # every weight is used once per token (the tied embedding as the output projection)
-    peak_small, peak_large = mach[f"gflops_{dt}"][str(batch)] * 1e9, mach[f"gflops_{dt}"]["large"] * 1e9
+    rates = {int(b): r * 1e9 for b, r in mach[f"gflops_{dt}"].items() if b != "large"}
+    rate = lambda b: rates[min((k for k in rates if k >= b), default=max(rates))]
     bw = mach["copy_gb_per_s"] * 1e9
     per_prompt = sum(prompt_tokens) / len(prompt_tokens)
-    t_prefill = sum(prompt_tokens) * flops_tok / peak_large
-    compute = batch * flops_tok / peak_small
-    memory = [(dims["params"] * dims["dtype_bytes"] + batch * (per_prompt + k) * dims["kv_bytes_per_token"]) / bw for k in range(steps)]
-    t = t_prefill + sum(max(compute, m) for m in memory)
-    return dict(dims, batch=batch, steps=steps, prefill_tokens=sum(prompt_tokens), machine=mach, prefill_s=t_prefill,
-                step_compute_s=compute, step_memory_s_first=memory[0], step_memory_s_last=memory[-1],
+    t_prefill = sum(prompt_tokens) * flops_tok / (mach[f"gflops_{dt}"]["large"] * 1e9)
+    compute = [b * flops_tok / rate(b) for b in rows]
+    memory = [(dims["params"] * dims["dtype_bytes"] + b * (per_prompt + k) * dims["kv_bytes_per_token"]) / bw for k, b in enumerate(rows)]
+    t = t_prefill + sum(map(max, compute, memory))
+    return dict(dims, batch=len(prompt_tokens) * G, steps=len(rows), rows_decoded=sum(rows), prefill_tokens=sum(prompt_tokens),
+                machine=mach, prefill_s=t_prefill, step_compute_s_first=compute[0], step_memory_s_first=memory[0],
                 roofline_seconds=t, measured_seconds=measured_seconds, ratio=measured_seconds / t,
-                bound="compute" if compute > sum(memory) / len(memory) else "memory")
+                bound="compute" if sum(compute) > sum(memory) else "memory")
+
+
+def roofline_of(gen, mach, dims, dt, G):
+    "The roofline of the `shared` generation call (the rows it decoded), and that of `generate`'s fixed batch."
+    B, shared = len(gen["prompt_tokens"]) * G, gen["shared"]
+    rows = rows_per_step(shared["n_tokens"]) if "n_tokens" in shared else [B] * shared["steps"]  # files before the loop
+    out = roofline(dims, mach, dt, rows, gen["prompt_tokens"], shared["seconds"], G)
+    if "generate" in gen:
+        fixed = roofline(dims, mach, dt, [B] * gen["generate"]["steps"], gen["prompt_tokens"], gen["generate"]["seconds"], G)
+        out["generate"] = {k: fixed[k] for k in ("rows_decoded", "roofline_seconds", "measured_seconds", "ratio")}
+    return out
 
 
 def roofline_of_run(policy, cfg, gen):
-    "The roofline of the `shared` generate call the worker timed."
+    "The rooflines of the generation calls the worker timed, on the machine measured now."
     dt = str(policy.compute_dtype).replace("torch.", "")
-    B = len(gen["prompt_tokens"]) * cfg.completions_per_question
-    mach = machine(policy.device, dtypes=(dt,), batch=(B,))
-    return roofline(model_dims(policy.model, policy.compute_dtype), mach, dt, B, gen["shared"]["steps"], gen["prompt_tokens"],
-                    gen["shared"]["seconds"])
+    G = cfg.completions_per_question
+    mach = machine(policy.device, dtypes=(dt,), batch=decode_batches(len(gen["prompt_tokens"]) * G))
+    return roofline_of(gen, mach, model_dims(policy.model, policy.compute_dtype), dt, G)
 
 
 # ---------------------------------------------------------------- the driver
@@ -304,13 +329,16 @@ def table(res):
         for peers, v in r["ours"]["overhead"].items():
             s = v["publish"] + v["collect"] + v["select"]
             L.append(f"| {name} | {peers} | {s:.4f} | {100 * s / r['ours']['seconds']['total']:.2f}% |")
-    L += ["", "| config | generate s (ours) | prompt copied G times | multinomial draw | float32 weights + autocast | roofline s | ours / roofline | bound |",
-          "|---|---:|---:|---:|---:|---:|---:|---|"]
+    L += ["", "| config | generation s (ours) | generate's loop (/ ours) | + prompt copied G times (/ generate) "
+          "| + multinomial draw (/ generate) | float32 weights + autocast (/ ours) | roofline s | ours / roofline | bound "
+          "| generate / its roofline |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for name, r in res["configs"].items():
         g, rf = r["ours"]["prefill"], r["ours"]["roofline"]
-        alt = lambda k: f"{g[k]['seconds']:.2f} ({g[k]['seconds'] / g['shared']['seconds']:.2f}x)" if k in g else "-"
-        L.append(f"| {name} | {g['shared']['seconds']:.2f} | {alt('copied')} | {alt('multinomial')} | {alt('autocast')} "
-                 f"| {rf['roofline_seconds']:.2f} | {rf['ratio']:.2f} | {rf['bound']} |")
+        base = "generate" if "generate" in g else "shared"  # results before the decoding loop: every change against ours
+        alt = lambda k, b: f"{g[k]['seconds']:.2f} ({g[k]['seconds'] / g[b]['seconds']:.2f}x)" if k in g else "-"
+        fixed = f"{rf['generate']['ratio']:.2f}" if "generate" in rf else "-"
+        L.append(f"| {name} | {g['shared']['seconds']:.2f} | {alt('generate', 'shared')} | {alt('copied', base)} | {alt('multinomial', base)} "
+                 f"| {alt('autocast', 'shared')} | {rf['roofline_seconds']:.2f} | {rf['ratio']:.2f} | {rf['bound']} | {fixed} |")
     nodes = [(n, r["nodes"]) for n, r in res["configs"].items() if "nodes" in r]
     if nodes:
         L += ["", "| config | nodes in one process | peak MB | MB per node | s/round, all nodes |", "|---|---:|---:|---:|---:|"]
@@ -327,9 +355,9 @@ def retable(path, remeasure=False):
         o, rf = r["ours"], r["ours"]["roofline"]
         dt = o["compute_dtype"].replace("torch.", "")
         pol = load_policy(res["model"], device=res.get("device", "cpu"), compute_dtype=dt)
-        mach = machine(pol.device, dtypes=(dt,), batch=(rf["batch"],)) if remeasure else rf["machine"]
-        o["roofline"] = roofline(model_dims(pol.model, pol.compute_dtype), mach, dt, rf["batch"], rf["steps"],
-                                 o["prefill"]["prompt_tokens"], o["prefill"]["shared"]["seconds"])
+        G = rf["batch"] // len(o["prefill"]["prompt_tokens"])
+        mach = machine(pol.device, dtypes=(dt,), batch=decode_batches(rf["batch"])) if remeasure else rf["machine"]
+        o["roofline"] = roofline_of(o["prefill"], mach, model_dims(pol.model, pol.compute_dtype), dt, G)
     res["machine"] = next(iter(res["configs"].values()))["ours"]["roofline"]["machine"]
     res["table"] = table(res)
     path.write_text(json.dumps(res, indent=1))

@@ -8,8 +8,9 @@ import math, time
 from dataclasses import dataclass, field
 
 # %% auto #0
-__all__ = ['PLAIN_HEAD_MODELS', 'Completions', 'eos_ids', 'prompt_cache', 'prefill_prompts', 'InverseCDFSampler',
-           'generate_completions', 'encode_batch', 'group_advantages', 'token_logprobs', 'shared_prompt_logprobs',
+__all__ = ['DECODE_LOOP_MODELS', 'PLAIN_HEAD_MODELS', 'Completions', 'eos_ids', 'prompt_cache', 'prefill_prompts',
+           'InverseCDFSampler', 'supports_decode_loop', 'decode_step', 'decode_completions', 'generate_completions',
+           'encode_batch', 'group_advantages', 'target_logprobs', 'token_logprobs', 'shared_prompt_logprobs',
            'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer', 'completion_logprob']
 
 # %% ../nbs/04_grpo.ipynb #c952f213
@@ -65,12 +66,98 @@ class InverseCDFSampler:
     "A logits processor that samples the next token from `softmax(scores / temperature)` and leaves only it finite."
     def __init__(self, temperature:float=1.0): self.temperature = temperature
 
-    def __call__(self, input_ids, scores):
+    def draw(self, scores):
+        "One token id per row of `scores`: the first whose cumulative probability exceeds a uniform number."
         torch = _torch()
         cdf = torch.softmax(scores.float() / self.temperature, dim=-1).cumsum_(-1)
         u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
-        token = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)
-        return torch.full_like(scores, -math.inf).scatter_(1, token, 0.0)
+        return torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)[:, 0]
+
+    def __call__(self, input_ids, scores):
+        return _torch().full_like(scores, -math.inf).scatter_(1, self.draw(scores)[:, None], 0.0)
+
+
+# %% ../nbs/04_grpo.ipynb #730fda61
+DECODE_LOOP_MODELS = ("llama", "qwen2", "qwen3")  # decoder layers shaped as Llama's: norm, attention, norm, MLP
+
+def supports_decode_loop(model) -> bool:
+    "True if `decode_completions` can run `model`: a decoder of Llama-shaped layers with full attention in every layer."
+    import importlib
+    c = getattr(model, "config", None)
+    if getattr(c, "model_type", None) not in DECODE_LOOP_MODELS: return False
+    if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or [])): return False
+    return hasattr(importlib.import_module(type(model).__module__), "apply_rotary_pos_emb")
+
+# %% ../nbs/04_grpo.ipynb #88096b4d
+def decode_step(model, tokens, positions, cache:list, t:int, valid):
+    """Next-token logits `[B, vocab]` after `tokens` `[B]` at `positions` `[B]`, writing each layer's key and value
+    into column `t` of its `(keys, values)` buffers in `cache` (`[B, kv_heads, length, head_dim]` each) and
+    attending to columns `:t+1` where `valid` `[B, 1, 1, t+1]` is True."""
+    import importlib
+    F = _torch().nn.functional
+    inner = model.model
+    rotate = importlib.import_module(type(model).__module__).apply_rotary_pos_emb
+    x = inner.embed_tokens(tokens[:, None])
+    cos, sin = inner.rotary_emb(x, positions[:, None])
+    B = x.shape[0]
+    for layer, (K, V) in zip(inner.layers, cache, strict=True):
+        a = layer.self_attn
+        h = layer.input_layernorm(x)
+        q, k, v = (proj(h).view(B, 1, -1, a.head_dim) for proj in (a.q_proj, a.k_proj, a.v_proj))
+        if hasattr(a, "q_norm"): q, k = a.q_norm(q), a.k_norm(k)  # Qwen3 normalises each head
+        q, k = rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        K[:, :, t], V[:, :, t] = k[:, :, 0], v[:, 0]
+        # the query heads that share a key/value head, as one block of queries: [B, kv_heads, heads per kv head, head_dim]
+        o = F.scaled_dot_product_attention(q.reshape(B, K.shape[1], -1, a.head_dim), K[:, :, :t + 1], V[:, :, :t + 1],
+                                           attn_mask=valid, scale=a.scaling)
+        x = x + a.o_proj(o.reshape(B, 1, -1))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return model.lm_head(inner.norm(x))[:, 0]
+
+# %% ../nbs/04_grpo.ipynb #af704745
+def decode_completions(model, input_ids, attention_mask,  # left-padded prompts [P, T]
+                       G:int, max_new_tokens:int,
+                       draw,                               # logits [B, vocab] -> token ids [B]
+                       eos:set, pad_token_id:int,
+                       compact:float=0.75,                 # drop ended rows once at most this share of the batch decodes
+                      ):
+    """New token ids `[P*G, n]` for `G` completions of each prompt (row `p*G + g`), padded after each row's EOS with
+    `pad_token_id`, as `generate` returns them; `n` is the longest completion. See `supports_decode_loop`."""
+    torch = _torch()
+    dev, (P, T), B = input_ids.device, input_ids.shape, input_ids.shape[0] * G
+    L = T + max_new_tokens - 1  # cache columns: the prompt, and every generated token but the last
+    prefilled = prefill_prompts(model, input_ids, attention_mask, G)  # columns :T-1, repeated G times
+    a0 = model.model.layers[0].self_attn
+    kv_heads = model.config.num_key_value_heads
+    dtype = prefilled.layers[0].keys.dtype if prefilled is not None else model.lm_head.weight.dtype
+    cache = []
+    for i in range(len(model.model.layers)):
+        K = torch.zeros(B, kv_heads, L, a0.head_dim, dtype=dtype, device=dev)
+        V = torch.zeros_like(K)
+        if prefilled is not None: K[:, :, :T - 1], V[:, :, :T - 1] = prefilled.layers[i].keys, prefilled.layers[i].values
+        cache.append((K, V))
+    del prefilled
+    valid = torch.zeros(B, 1, 1, L, dtype=torch.bool, device=dev)
+    valid[:, 0, 0, :T] = attention_mask.bool().repeat_interleave(G, 0)
+    positions = attention_mask.sum(-1).repeat_interleave(G, 0) - 1  # of each row's last prompt token
+    tokens = input_ids[:, -1].repeat_interleave(G, 0)
+    out = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=dev)
+    rows = torch.arange(B, device=dev)            # which output row each batch row is
+    alive = torch.ones(B, dtype=torch.bool, device=dev)
+    eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=dev)
+    for i in range(max_new_tokens):
+        t = T - 1 + i
+        tokens = torch.where(alive, draw(decode_step(model, tokens, positions, cache, t, valid[..., :t + 1])), pad_token_id)
+        out[rows, i] = tokens
+        alive &= ~torch.isin(tokens, eos_ids)
+        if i + 1 == max_new_tokens or not bool(alive.any()): break
+        valid[:, 0, 0, t + 1] = True
+        positions = positions + 1
+        if alive.sum() <= compact * len(rows):  # drop the ended rows: the batch shrinks as completions end
+            keep = alive.nonzero()[:, 0]
+            rows, tokens, positions, valid, alive = rows[keep], tokens[keep], positions[keep], valid[keep], alive[keep]
+            cache = [(K[keep], V[keep]) for K, V in cache]
+    return out[:, :i + 1]
 
 # %% ../nbs/04_grpo.ipynb #f249b112
 def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:int=256,
@@ -78,8 +165,9 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
                          compute_dtype=None,             # autocast dtype (None: the weights' dtype)
                          share_prompt_cache:bool=True,   # prefill each prompt once, not G times
                          inverse_cdf:bool=True,          # draw with `InverseCDFSampler` (False: `generate`'s multinomial)
+                         decode_loop:bool=True,          # `decode_completions` where the model allows (False: `generate`)
                         ) -> Completions:
-    "Sample `G` completions for every prompt in one batched `generate` call."
+    "Sample `G` completions for every prompt in one batch: `decode_completions` where it applies, else one `generate` call."
     from sapo_nb.models import compute_context
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
     torch = _torch()
@@ -92,17 +180,23 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
     model.eval()
     warpers = [TopPLogitsWarper(top_p)] if top_p < 1.0 else []  # top-p sees the tempered scores, as in `generate`
     if warpers and temperature != 1.0: warpers.insert(0, TemperatureLogitsWarper(temperature))
-    draw = (dict(do_sample=False, logits_processor=LogitsProcessorList(warpers + [InverseCDFSampler(1.0 if warpers else temperature)]))
+    sampler = InverseCDFSampler(1.0 if warpers else temperature)
+    draw = (dict(do_sample=False, logits_processor=LogitsProcessorList(warpers + [sampler]))
             if inverse_cdf else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0))
     with torch.no_grad(), compute_context(model, compute_dtype):
-        cache = prefill_prompts(model, enc["input_ids"], enc["attention_mask"], G) if share_prompt_cache and G > 1 else None
-        out = model.generate(input_ids=enc["input_ids"].repeat_interleave(G, 0),
-                             attention_mask=enc["attention_mask"].repeat_interleave(G, 0), past_key_values=cache,
-                             max_new_tokens=max_new_tokens, use_cache=True,
-                             eos_token_id=sorted(eos), pad_token_id=tokenizer.pad_token_id, **draw)
+        if decode_loop and inverse_cdf and share_prompt_cache and supports_decode_loop(model):
+            new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
+                                     lambda logits: sampler.draw(LogitsProcessorList(warpers)(None, logits)),
+                                     eos, tokenizer.pad_token_id)
+        else:
+            cache = prefill_prompts(model, enc["input_ids"], enc["attention_mask"], G) if share_prompt_cache and G > 1 else None
+            new = model.generate(input_ids=enc["input_ids"].repeat_interleave(G, 0),
+                                 attention_mask=enc["attention_mask"].repeat_interleave(G, 0), past_key_values=cache,
+                                 max_new_tokens=max_new_tokens, use_cache=True, eos_token_id=sorted(eos),
+                                 pad_token_id=tokenizer.pad_token_id, **draw)[:, enc["input_ids"].shape[1]:]
     if was_training: model.train()
     seconds = time.perf_counter() - t0
-    new = out[:, enc["input_ids"].shape[1]:].tolist()
+    new = new.tolist()
     texts, n_tokens, truncated = [], [], []
     for row in new:
         stop = next((i for i, t in enumerate(row) if t in eos), None)
@@ -144,6 +238,57 @@ def group_advantages(rewards:list, eps:float=1e-4) -> tuple:
         adv.append(((r - r.mean()) / (r.std() + eps)).tolist())
     return adv, (zero / len(rewards) if rewards else 0.0)
 
+# %% ../nbs/04_grpo.ipynb #f05431e5
+def _target_logprob_function():
+    "The autograd function behind `target_logprobs` (made on first use, so importing this module does not import torch)."
+    global _TargetLogprob
+    if _TargetLogprob is not None: return _TargetLogprob
+    torch = _torch()
+
+    class TargetLogprob(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, targets, temperature:float, rows:int):
+            logp = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+            entropy, lse = torch.empty_like(logp), torch.empty_like(logp)
+            for s in range(0, logits.shape[0], rows):
+                z = logits[s:s + rows].to(torch.float32, copy=True)  # a copy: changed in place below
+                if temperature != 1.0: z.div_(temperature)
+                lse[s:s + rows] = l = torch.logsumexp(z, -1)
+                logp[s:s + rows] = z.gather(-1, targets[s:s + rows, None])[:, 0] - l
+                z.sub_(l[:, None])  # log-probabilities
+                entropy[s:s + rows] = -(z.exp() * z).sum(-1)
+            ctx.save_for_backward(logits, targets, lse)
+            ctx.temperature, ctx.rows = temperature, rows
+            ctx.mark_non_differentiable(entropy)
+            return logp, entropy
+
+        @staticmethod
+        def backward(ctx, grad_logp, grad_entropy):
+            logits, targets, lse = ctx.saved_tensors
+            T, rows = ctx.temperature, ctx.rows
+            grad = torch.empty_like(logits)
+            for s in range(0, logits.shape[0], rows):
+                z = logits[s:s + rows].to(torch.float32, copy=True)  # a copy: changed in place below
+                if T != 1.0: z.div_(T)
+                g = grad_logp[s:s + rows, None]
+                p = z.sub_(lse[s:s + rows, None]).exp_()
+                p.mul_(-g).scatter_add_(-1, targets[s:s + rows, None], g)  # g * (onehot - p)
+                grad[s:s + rows] = p.div_(T) if T != 1.0 else p
+            return grad, None, None, None
+
+    _TargetLogprob = TargetLogprob
+    return TargetLogprob
+
+_TargetLogprob = None
+
+def target_logprobs(logits, targets, temperature:float=1.0, rows:int=64):
+    """Log-probability of `targets` (`[...]`) under `softmax(logits / temperature)` (`logits`: `[..., V]`, any float
+    dtype), and the entropy of each distribution (no gradient), both float32 and shaped like `targets`; computed
+    `rows` positions at a time."""
+    shape = targets.shape
+    logp, entropy = _target_logprob_function().apply(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), temperature, rows)
+    return logp.view(shape), entropy.view(shape)
+
 # %% ../nbs/04_grpo.ipynb #936bc50b
 def token_logprobs(model, input_ids, attention_mask, temperature:float=1.0, with_entropy:bool=False, start:int=0):
     "Log-prob of every token given its prefix, `[B, T-1]` aligned with `input_ids[:, 1:]`; 0 before `start`. Optionally the entropy."
@@ -156,16 +301,9 @@ def token_logprobs(model, input_ids, attention_mask, temperature:float=1.0, with
     return _target_logprobs(logits, input_ids[:, start + 1:], temperature, with_entropy, pad)
 
 def _target_logprobs(logits, targets, temperature:float, with_entropy:bool, place):
-    "Log-prob of `targets` under `logits / temperature` (and the entropy), each passed through `place`."
-    torch = _torch()
-    logits = logits.float()
-    if temperature != 1.0: logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
-    if not with_entropy: return place(logp)
-    with torch.no_grad():
-        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    return place(logp), place(entropy)
+    "`target_logprobs` (and the entropy, if asked for), each passed through `place`."
+    logp, entropy = target_logprobs(logits, targets, temperature)
+    return (place(logp), place(entropy)) if with_entropy else place(logp)
 
 
 # %% ../nbs/04_grpo.ipynb #1f601361
