@@ -6,10 +6,11 @@ seconds per phase (generate, reward, publish, collect, select, encode, train), g
 overhead (publish + collect + select, validation included) as a share of the round, and peak memory.
 In the same run, on the same questions:
   plain      the straightforward way, as the reference implementation does it: one `generate(do_sample=True)`
-             per question, then one forward/backward per sequence, float32 throughout
+             per question, then one forward/backward per sequence (log-probs from a float32 log-softmax over the
+             vocabulary), float32 throughout
   batched    our batched code as it stood before this benchmark's work: float32 arithmetic, `generate`'s own
              multinomial draw, each prompt copied G times for generation and run whole with every sequence in
-             training (what the changes buy together)
+             training, the vocabulary-wide log-softmax (what the changes buy together)
 and, one change undone at a time, our generation with: transformers' `generate` loop instead of
 `decode_completions` (`generate`); on top of that, the prompt copied G times (`copied`) or `generate`'s multinomial
 draw (`multinomial`); the float32 weights under bfloat16 autocast instead of the sampling copy (`autocast`);
@@ -72,6 +73,16 @@ def fill_pool(transport, r, groups, peers, G, seed):
 
 
 # ---------------------------------------------------------------- the plain way
+def plain_target_logprobs(logits, targets, temperature, with_entropy, place):
+    "Token log-probs the straightforward way: a float32 log-softmax over the whole vocabulary, the entropy from it."
+    import torch
+    logp_all = torch.log_softmax(logits.float() / temperature, -1)
+    logp = logp_all.gather(-1, targets[..., None])[..., 0]
+    if not with_entropy: return place(logp)
+    with torch.no_grad(): entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return place(logp), place(entropy)
+
+
 def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questions, opt):
     "One round the straightforward way: a generate per question, then a forward/backward per sequence, float32."
     import torch
@@ -119,8 +130,10 @@ def worker(a):
     node = SwarmNode(cfg, log=lambda *_: None)
     load_s = time.perf_counter() - t0
     if not a.real_rewards: node.reward_fn = spread_rewards(a.seed)
+    import sapo_nb.grpo as grpo
+    if variant in ("batched", "plain"):  # vocabulary-wide log-softmax, not `target_logprobs`' slices
+        grpo._target_logprobs = plain_target_logprobs
     if variant == "batched":  # no shared prompt pass, in generation or in training
-        import sapo_nb.grpo as grpo
         grpo.generate_completions = functools.partial(grpo.generate_completions, share_prompt_cache=False, inverse_cdf=False)
         node.trainer.share_prompts = False
     G, out = cfg.completions_per_question, dict(config=name, variant=variant, cfg=cfg.to_dict(), load_seconds=load_s,

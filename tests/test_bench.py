@@ -30,3 +30,12 @@ def test_round_breakdown_runs_and_writes_the_table(tmp_path):
     again = json.loads(out.read_text())
     assert again["configs"]["quick"]["ours"]["seconds"] == ours["seconds"]  # timings kept, roofline re-derived
     assert again["machine"]["copy_gb_per_s"] > 0 and "| quick |" in again["table"]
+
+
+def test_logprob_slices_runs_and_writes(tmp_path):
+    out = tmp_path / "lp.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "logprob_slices.py"), "--tokens", "50", "--hidden", "16",
+                        "--vocab", "300", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert set(res["seconds"]) == {"plain", "slices", "projection_only"} and res["slices_over_plain"] > 0
