@@ -385,11 +385,13 @@ def grpo_loss(logp, old_logp, advantages, mask, denominator, eps_low:float=0.2, 
 
 # %% ../nbs/04_grpo.ipynb #46fc3285
 def make_optimizer(params, name:str="adamw", learning_rate:float=5e-7, weight_decay:float=0.0):
-    "AdamW, or plain Adam (the paper's optimizer)."
+    "AdamW, or plain Adam (the paper's optimizer): PyTorch's fused implementation where the parameters' device has one."
     torch = _torch()
-    if name == "adamw": return torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
-    if name == "adam": return torch.optim.Adam(params, lr=learning_rate, weight_decay=weight_decay)
-    raise ValueError(f"optimizer: got {name!r}; allowed: adamw, adam")
+    if name not in ("adamw", "adam"): raise ValueError(f"optimizer: got {name!r}; allowed: adamw, adam")
+    params = list(params)
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(params, lr=learning_rate, weight_decay=weight_decay,
+                                                                       fused=fused or None)
 
 # %% ../nbs/04_grpo.ipynb #47fdb0bb
 class GRPOTrainer:
