@@ -11,8 +11,8 @@ In the same run, on the same questions:
   batched    our batched code as it stood before this benchmark's work: float32 arithmetic, `generate`'s own
              multinomial draw, each prompt copied G times for generation and run whole with every sequence in
              training, the vocabulary-wide log-softmax (what the changes buy together)
-and, one change undone at a time, our generation with: transformers' `generate` loop instead of
-`decode_completions` (`generate`); on top of that, the prompt copied G times (`copied`) or `generate`'s multinomial
+and, one change undone at a time, our generation with: the decoding loop's weights not packed for the CPU's
+matmul kernel (`unpacked`); transformers' `generate` loop instead of `decode_completions` (`generate`); on top of that, the prompt copied G times (`copied`) or `generate`'s multinomial
 draw (`multinomial`); the float32 weights under bfloat16 autocast instead of the sampling copy (`autocast`);
 and the swarm overhead with 512 peers, and the machine's measured matmul/memory roofline for generation (for the
 rows our loop decodes at each step, and for `generate`'s fixed batch).
@@ -27,7 +27,7 @@ external group passes selection: the round's worst case. `--real-rewards` scores
 Each (config, variant) runs in a fresh subprocess, so peak memory is its own. Results go to
 bench/results/round_breakdown_<device>.json and a markdown table on stdout (the docs page reads the JSON).
 """
-import argparse, functools, json, os, platform, random, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, contextlib, functools, json, os, platform, random, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -114,6 +114,16 @@ def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questio
     return dict(seconds=sec, tokens_generated=n_tok)
 
 
+@contextlib.contextmanager
+def unpacked_weights(on=True):
+    "Within the block (if `on`), the decoding loop calls `linear` on the stacked weights instead of packing them."
+    import sapo_nb.grpo as grpo
+    packed = grpo.decode_completions
+    if on: grpo.decode_completions = functools.partial(packed, pack=False)
+    try: yield
+    finally: grpo.decode_completions = packed
+
+
 # ---------------------------------------------------------------- one worker: a config, a variant
 def worker(a):
     import torch
@@ -168,11 +178,13 @@ def worker(a):
         out["overhead"] = over
         prompts = [node.format_prompt(node.policy.tokenizer, q) for q in node.stream.next(cfg.local_questions)]
         gen, pol = {}, node.policy
-        for what, model, kw in [("shared", pol.sampler(), {}), ("generate", pol.sampler(), dict(decode_loop=False)),
+        for what, model, kw in [("shared", pol.sampler(), {}), ("unpacked", pol.sampler(), {}),
+                                ("generate", pol.sampler(), dict(decode_loop=False)),
                                 ("copied", pol.sampler(), dict(share_prompt_cache=False)),
                                 ("multinomial", pol.sampler(), dict(inverse_cdf=False)), ("autocast", pol.model, {})]:
-            c = generate_completions(model, pol.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature,
-                                     seed=a.seed, compute_dtype=pol.compute_dtype, **kw)
+            with unpacked_weights(what == "unpacked"):
+                c = generate_completions(model, pol.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature,
+                                         seed=a.seed, compute_dtype=pol.compute_dtype, **kw)
             n = [k for row in c.n_tokens for k in row]
             gen[what] = dict(seconds=c.seconds, tokens=c.total_tokens, steps=max(n), n_tokens=n)
         p_len = [len(node.policy.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
@@ -342,15 +354,16 @@ def table(res):
         for peers, v in r["ours"]["overhead"].items():
             s = v["publish"] + v["collect"] + v["select"]
             L.append(f"| {name} | {peers} | {s:.4f} | {100 * s / r['ours']['seconds']['total']:.2f}% |")
-    L += ["", "| config | generation s (ours) | generate's loop (/ ours) | + prompt copied G times (/ generate) "
-          "| + multinomial draw (/ generate) | float32 weights + autocast (/ ours) | roofline s | ours / roofline | bound "
-          "| generate / its roofline |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    L += ["", "| config | generation s (ours) | weights not packed (/ ours) | generate's loop (/ ours) "
+          "| + prompt copied G times (/ generate) | + multinomial draw (/ generate) | float32 weights + autocast (/ ours) "
+          "| roofline s | ours / roofline | bound | generate / its roofline |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for name, r in res["configs"].items():
         g, rf = r["ours"]["prefill"], r["ours"]["roofline"]
         base = "generate" if "generate" in g else "shared"  # results before the decoding loop: every change against ours
         alt = lambda k, b: f"{g[k]['seconds']:.2f} ({g[k]['seconds'] / g[b]['seconds']:.2f}x)" if k in g else "-"
         fixed = f"{rf['generate']['ratio']:.2f}" if "generate" in rf else "-"
-        L.append(f"| {name} | {g['shared']['seconds']:.2f} | {alt('generate', 'shared')} | {alt('copied', base)} | {alt('multinomial', base)} "
+        L.append(f"| {name} | {g['shared']['seconds']:.2f} | {alt('unpacked', 'shared')} | {alt('generate', 'shared')} "
+                 f"| {alt('copied', base)} | {alt('multinomial', base)} "
                  f"| {alt('autocast', 'shared')} | {rf['roofline_seconds']:.2f} | {rf['ratio']:.2f} | {rf['bound']} | {fixed} |")
     nodes = [(n, r["nodes"]) for n, r in res["configs"].items() if "nodes" in r]
     if nodes:

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 # %% auto #0
 __all__ = ['DECODE_LOOP_MODELS', 'PLAIN_HEAD_MODELS', 'Completions', 'eos_ids', 'prompt_cache', 'prefill_prompts',
-           'InverseCDFSampler', 'supports_decode_loop', 'decode_step', 'decode_completions', 'generate_completions',
-           'encode_batch', 'group_advantages', 'target_logprobs', 'token_logprobs', 'shared_prompt_logprobs',
-           'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer', 'completion_logprob']
+           'InverseCDFSampler', 'supports_decode_loop', 'fused_linear', 'decode_linears', 'decode_step',
+           'decode_completions', 'generate_completions', 'encode_batch', 'group_advantages', 'target_logprobs',
+           'token_logprobs', 'shared_prompt_logprobs', 'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer',
+           'completion_logprob']
 
 # %% ../nbs/04_grpo.ipynb #c952f213
 def _torch():
@@ -88,31 +89,72 @@ def supports_decode_loop(model) -> bool:
     if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or [])): return False
     return hasattr(importlib.import_module(type(model).__module__), "apply_rotary_pos_emb")
 
+# %% ../nbs/04_grpo.ipynb #cb303745
+def _pack_works(dtype) -> bool:
+    "True if oneDNN's packed linear is available here for `dtype` and gives `linear`'s result on a small probe."
+    torch = _torch()
+    ops = torch.ops.mkldnn
+    if not (torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")):
+        return False
+    if dtype == torch.bfloat16 and not ops._is_mkldnn_bf16_supported(): return False
+    try:
+        g = torch.Generator().manual_seed(0)
+        x, w, b = (torch.randn(*s, generator=g).to(dtype) for s in ((3, 16), (8, 16), (8,)))
+        got = ops._linear_pointwise(x, ops._reorder_linear_weight(w, None), b, "none", [None], "")
+        return bool(torch.allclose(got.float(), torch.nn.functional.linear(x, w, b).float(), atol=1e-2, rtol=1e-2))
+    except RuntimeError: return False
+
+_PACK_WORKS = {}  # dtype -> `_pack_works(dtype)`, probed once per process
+
+def fused_linear(*linears, pack:bool=True):
+    """One function `x -> cat([l(x) for l in linears], -1)` for `nn.Linear` modules taking the same input: their weights
+    stacked into one matmul (in the autocast dtype under autocast) and, on a CPU where oneDNN takes the dtype (and
+    `pack`), packed once into its layout."""
+    torch = _torch()
+    w = torch.cat([l.weight for l in linears]) if len(linears) > 1 else linears[0].weight
+    b = (torch.cat([l.bias if l.bias is not None else w.new_zeros(l.out_features) for l in linears])
+         if any(l.bias is not None for l in linears) else None)
+    dev = w.device.type
+    if torch.is_autocast_enabled(dev): w, b = (None if y is None else y.to(torch.get_autocast_dtype(dev)) for y in (w, b))
+    if pack and dev == "cpu" and w.dtype in (torch.float32, torch.bfloat16):
+        if w.dtype not in _PACK_WORKS: _PACK_WORKS[w.dtype] = _pack_works(w.dtype)
+        if _PACK_WORKS[w.dtype]:
+            packed, ops, dt = torch.ops.mkldnn._reorder_linear_weight(w, None), torch.ops.mkldnn, w.dtype
+            return lambda x: ops._linear_pointwise(x.to(dt), packed, b, "none", [None], "")  # autocast's cast of the input
+    return lambda x: torch.nn.functional.linear(x, w, b)
+
+def decode_linears(model, pack:bool=True) -> tuple:
+    """The matmuls of `decode_step`: per layer `(qkv, o, gate_up, down)` (see `fused_linear`), and the output head."""
+    layers = [(fused_linear(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, pack=pack), fused_linear(l.self_attn.o_proj, pack=pack),
+               fused_linear(l.mlp.gate_proj, l.mlp.up_proj, pack=pack), fused_linear(l.mlp.down_proj, pack=pack)) for l in model.model.layers]
+    return layers, fused_linear(model.lm_head, pack=pack)
+
 # %% ../nbs/04_grpo.ipynb #88096b4d
-def decode_step(model, tokens, positions, cache:list, t:int, valid):
-    """Next-token logits `[B, vocab]` after `tokens` `[B]` at `positions` `[B]`, writing each layer's key and value
-    into column `t` of its `(keys, values)` buffers in `cache` (`[B, kv_heads, length, head_dim]` each) and
-    attending to columns `:t+1` where `valid` `[B, 1, 1, t+1]` is True."""
+def decode_step(model, linears, tokens, positions, cache:list, t:int, valid):
+    """Next-token logits `[B, vocab]` after `tokens` `[B]` at `positions` `[B]`, with `linears` from `decode_linears(model)`,
+    writing each layer's key and value into column `t` of its `(keys, values)` buffers in `cache`
+    (`[B, kv_heads, length, head_dim]` each) and attending to columns `:t+1` where `valid` `[B, 1, 1, t+1]` is True."""
     import importlib
     F = _torch().nn.functional
-    inner = model.model
+    inner, (layer_linears, head) = model.model, linears
     rotate = importlib.import_module(type(model).__module__).apply_rotary_pos_emb
-    x = inner.embed_tokens(tokens[:, None])
-    cos, sin = inner.rotary_emb(x, positions[:, None])
+    x = inner.embed_tokens(tokens)  # [B, hidden]
+    cos, sin = inner.rotary_emb(x[:, None], positions[:, None])
     B = x.shape[0]
-    for layer, (K, V) in zip(inner.layers, cache, strict=True):
+    for layer, (K, V), (qkv, o_proj, gate_up, down) in zip(inner.layers, cache, layer_linears, strict=True):
         a = layer.self_attn
-        h = layer.input_layernorm(x)
-        q, k, v = (proj(h).view(B, 1, -1, a.head_dim) for proj in (a.q_proj, a.k_proj, a.v_proj))
+        q, k, v = qkv(layer.input_layernorm(x)).split([a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features], -1)
+        q, k, v = (y.view(B, 1, -1, a.head_dim) for y in (q, k, v))
         if hasattr(a, "q_norm"): q, k = a.q_norm(q), a.k_norm(k)  # Qwen3 normalises each head
         q, k = rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
         K[:, :, t], V[:, :, t] = k[:, :, 0], v[:, 0]
         # the query heads that share a key/value head, as one block of queries: [B, kv_heads, heads per kv head, head_dim]
         o = F.scaled_dot_product_attention(q.reshape(B, K.shape[1], -1, a.head_dim), K[:, :, :t + 1], V[:, :, :t + 1],
                                            attn_mask=valid, scale=a.scaling)
-        x = x + a.o_proj(o.reshape(B, 1, -1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return model.lm_head(inner.norm(x))[:, 0]
+        x = x + o_proj(o.reshape(B, -1))
+        gate, up = gate_up(layer.post_attention_layernorm(x)).chunk(2, -1)
+        x = x + down(layer.mlp.act_fn(gate) * up)
+    return head(inner.norm(x))
 
 # %% ../nbs/04_grpo.ipynb #af704745
 def decode_completions(model, input_ids, attention_mask,  # left-padded prompts [P, T]
@@ -120,6 +162,7 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
                        draw,                               # logits [B, vocab] -> token ids [B]
                        eos:set, pad_token_id:int,
                        compact:float=0.75,                 # drop ended rows once at most this share of the batch decodes
+                       pack:bool=True,                     # pack the weights for the CPU's matmul kernel (`decode_linears`)
                       ):
     """New token ids `[P*G, n]` for `G` completions of each prompt (row `p*G + g`), padded after each row's EOS with
     `pad_token_id`, as `generate` returns them; `n` is the longest completion. See `supports_decode_loop`."""
@@ -137,6 +180,7 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
         if prefilled is not None: K[:, :, :T - 1], V[:, :, :T - 1] = prefilled.layers[i].keys, prefilled.layers[i].values
         cache.append((K, V))
     del prefilled
+    linears = decode_linears(model, pack)
     valid = torch.zeros(B, 1, 1, L, dtype=torch.bool, device=dev)
     valid[:, 0, 0, :T] = attention_mask.bool().repeat_interleave(G, 0)
     positions = attention_mask.sum(-1).repeat_interleave(G, 0) - 1  # of each row's last prompt token
@@ -147,7 +191,7 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
     eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=dev)
     for i in range(max_new_tokens):
         t = T - 1 + i
-        tokens = torch.where(alive, draw(decode_step(model, tokens, positions, cache, t, valid[..., :t + 1])), pad_token_id)
+        tokens = torch.where(alive, draw(decode_step(model, linears, tokens, positions, cache, t, valid[..., :t + 1])), pad_token_id)
         out[rows, i] = tokens
         alive &= ~torch.isin(tokens, eos_ids)
         if i + 1 == max_new_tokens or not bool(alive.any()): break

@@ -22,7 +22,7 @@ def test_round_breakdown_runs_and_writes_the_table(tmp_path):
     assert ours["prefill"]["shared"]["tokens"] > 0 and plain["seconds"]["total"] > 0
     assert ours["roofline"]["roofline_seconds"] > 0
     assert "| quick |" in res["table"] and "ours / plain" in res["table"]
-    assert {"shared", "generate", "copied", "multinomial", "autocast"} <= set(ours["prefill"])  # each generation change undone
+    assert {"shared", "unpacked", "generate", "copied", "multinomial", "autocast"} <= set(ours["prefill"])  # each generation change undone
     assert ours["roofline"]["generate"]["roofline_seconds"] > 0 and ours["roofline"]["rows_decoded"] <= ours["roofline"]["generate"]["rows_decoded"]
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "round_breakdown.py"), "--model", "tiny", "--retable",
                         "--remeasure-machine", "--out", str(out)], capture_output=True, text=True, timeout=300)
