@@ -23,6 +23,7 @@ external group passes selection: the round's worst case. `--real-rewards` scores
     python bench/round_breakdown.py                          # quick and paper configs, CPU
     python bench/round_breakdown.py --configs quick --rounds 3
     python bench/round_breakdown.py --device cuda --nodes-per-process 8
+    python bench/round_breakdown.py --configs quick --nodes-only --nodes-per-process 4   # add N nodes in one process
 
 Each (config, variant) runs in a fresh subprocess, so peak memory is its own. Results go to
 bench/results/round_breakdown_<device>.json and a markdown table on stdout (the docs page reads the JSON).
@@ -232,10 +233,18 @@ def nodes_worker(a):
 
 
 # ---------------------------------------------------------------- the machine
+def cpu_name():
+    "The processor's model name (`/proc/cpuinfo`), or what `platform` knows."
+    try: return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration): return platform.processor() or platform.machine()
+
+
 def machine(device, dtypes=("float32", "bfloat16"), hidden=576, inter=1536, batch=(16, 64)):
     """Measured matmul GFLOPS (decode-shaped and large) per dtype, and memory copy bandwidth: each the best of five
-    timings, on buffers allocated beforehand (a fresh allocation per copy would time page faults, not memory)."""
+    timings, on buffers allocated beforehand (a fresh allocation per copy would time page faults, not memory). On a
+    CPU the matmul rate is the better of `torch.mm` and oneDNN's linear on a packed weight (what the decoding loop uses)."""
     import torch
+    from sapo_nb.grpo import fused_linear
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     def best(fn, reps=5):
         fn(); times = []
@@ -245,8 +254,10 @@ def machine(device, dtypes=("float32", "bfloat16"), hidden=576, inter=1536, batc
     def rate(m, k, n, dt, it=10):
         x, w = torch.randn(m, k, dtype=dt, device=device), torch.randn(k, n, dtype=dt, device=device)
         out = torch.empty(m, n, dtype=dt, device=device)
-        return 2 * m * k * n * it / best(lambda: [torch.mm(x, w, out=out) for _ in range(it)]) / 1e9
-    out = dict(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__)
+        with torch.no_grad(): packed = fused_linear(torch.nn.Linear(k, n, bias=False, dtype=dt, device=device))
+        seconds = min(best(lambda: [torch.mm(x, w, out=out) for _ in range(it)]), best(lambda: [packed(x) for _ in range(it)]))
+        return 2 * m * k * n * it / seconds / 1e9
+    out = dict(cpu=cpu_name(), threads=torch.get_num_threads(), torch=torch.__version__)
     if str(device).startswith("cuda"): out["gpu"] = torch.cuda.get_device_name()
     for d in dtypes:
         dt = getattr(torch, d)
@@ -402,6 +413,7 @@ def main(argv=None):
     p.add_argument("--overhead-peers", type=int, nargs="+", default=[8, 512])
     p.add_argument("--nodes-per-process", type=int, default=0, help="also run N nodes in one process (memory per node)")
     p.add_argument("--no-batched", action="store_true", help="skip the batched (before) variant")
+    p.add_argument("--nodes-only", action="store_true", help="with --nodes-per-process: run only that, keep the rest of --out")
     p.add_argument("--real-rewards", action="store_true")
     p.add_argument("--out", default=None)
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -414,12 +426,16 @@ def main(argv=None):
     if a.retable: return retable(out, a.remeasure_machine)
     if a.nodes_worker: return nodes_worker(a)
     res = dict(date=time.strftime("%Y-%m-%d"), model=a.model, device=a.device, host=platform.node(), configs={})
+    if a.nodes_only and not (a.nodes_per_process and out.exists()):
+        raise SystemExit("--nodes-only needs --nodes-per-process N and an existing results file (--out)")
     if out.exists():  # keep the configs this run does not redo: one file per device, built up config by config
         old = json.loads(out.read_text())
-        if old.get("model") == a.model: res["configs"] = {k: v for k, v in old["configs"].items() if k not in a.configs}
+        if a.nodes_only: res = old
+        elif old.get("model") == a.model: res["configs"] = {k: v for k, v in old["configs"].items() if k not in a.configs}
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in a.configs:  # the file is rewritten after each config, so a run cut short keeps what it measured
-        res["configs"][name] = {v: run_child(a, [f"--worker={name}:{v}"]) for v in ("ours", "plain") + (() if a.no_batched else ("batched",))}
+        if not a.nodes_only:
+            res["configs"][name] = {v: run_child(a, [f"--worker={name}:{v}"]) for v in ("ours", "plain") + (() if a.no_batched else ("batched",))}
         if a.nodes_per_process:
             res["configs"][name]["nodes"] = run_child(a, [f"--nodes-worker={name}", f"--nodes-per-process={a.nodes_per_process}"])
         res["machine"] = res["configs"][a.configs[0]]["ours"]["roofline"]["machine"]

@@ -30,6 +30,19 @@ def test_round_breakdown_runs_and_writes_the_table(tmp_path):
     again = json.loads(out.read_text())
     assert again["configs"]["quick"]["ours"]["seconds"] == ours["seconds"]  # timings kept, roofline re-derived
     assert again["machine"]["copy_gb_per_s"] > 0 and "| quick |" in again["table"]
+    n = subprocess.run([sys.executable, str(ROOT / "bench" / "round_breakdown.py"), "--model", "tiny", "--configs", "quick",
+                        "--nodes-only", "--nodes-per-process", "2", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert n.returncode == 0, n.stderr[-3000:]
+    nodes = json.loads(out.read_text())["configs"]["quick"]
+    assert nodes["ours"]["seconds"] == ours["seconds"]  # the measured rounds are kept; only the nodes are added
+    assert nodes["nodes"]["nodes"] == 2 and nodes["nodes"]["seconds_per_round_all"] > 0
+    assert "nodes in one process" in json.loads(out.read_text())["table"]
+
+
+def test_round_breakdown_nodes_only_needs_a_results_file(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "round_breakdown.py"), "--model", "tiny", "--nodes-only",
+                        "--nodes-per-process", "2", "--out", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--nodes-only needs" in p.stderr
 
 
 def test_logprob_slices_runs_and_writes(tmp_path):
