@@ -52,3 +52,14 @@ def test_logprob_slices_runs_and_writes(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
     assert set(res["seconds"]) == {"plain", "slices", "projection_only"} and res["slices_over_plain"] > 0
+
+
+def test_decode_profile_runs_and_splits_the_step(tmp_path):
+    out = tmp_path / "dp.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "decode_profile.py"), "--model", "tiny", "--reps", "2",
+                        "--shapes", "4x10", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    step = json.loads(out.read_text())["steps"][0]
+    assert (step["rows"], step["cached_tokens"]) == (4, 10)
+    assert abs(sum(step["ms"].values()) - step["ms_per_step"]) < 1e-6 * step["ms_per_step"] + 1e-9  # the parts add up
+    assert step["ms"]["matmul"] > 0 and step["ms"]["attention"] > 0
