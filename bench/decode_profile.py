@@ -27,7 +27,7 @@ def profile_step(model, linears, B, T, reps):
     from torch.profiler import profile
     from sapo_nb.grpo import decode_step
     c, dt = model.config, model.lm_head.weight.dtype
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    head_dim = model.model.layers[0].self_attn.head_dim  # as `decode_completions` sizes its cache
     cache = [tuple(torch.randn(B, c.num_key_value_heads, T + 1, head_dim, dtype=dt) for _ in range(2)) for _ in range(c.num_hidden_layers)]
     valid = torch.ones(B, 1, 1, T + 1, dtype=torch.bool)
     tokens, positions = torch.randint(0, c.vocab_size, (B,)), torch.full((B,), T)
@@ -42,9 +42,7 @@ def profile_step(model, linears, B, T, reps):
     parts = dict(matmul=0.0, attention=0.0, other=0.0)
     for e in p.key_averages(): parts[category(e.key)] += e.self_cpu_time_total / 1e3 / reps
     profiled = sum(parts.values())  # the profiler's own total, slightly above `total`: shares of it, scaled to `total`
-    kv_bytes = sum(K.numel() * K.element_size() * 2 for K, _ in cache)
-    return dict(rows=B, cached_tokens=T, ms_per_step=total, ms={k: v / profiled * total for k, v in parts.items()},
-                kv_cache_mb=kv_bytes / 1e6)
+    return dict(rows=B, cached_tokens=T, ms_per_step=total, ms={k: v / profiled * total for k, v in parts.items()})
 
 
 def main(argv=None):
@@ -57,17 +55,19 @@ def main(argv=None):
     import torch
     from sapo_nb.models import load_policy
     from sapo_nb.grpo import decode_linears
-    from round_breakdown import machine
+    from round_breakdown import machine, model_dims
     pol = load_policy(a.model, device="cpu")
     model = pol.sampler()
     with torch.no_grad(): linears = decode_linears(model)
     mach = machine("cpu", dtypes=(str(pol.compute_dtype).replace("torch.", ""),), batch=(8,))
-    weights_mb = sum(q.numel() * q.element_size() for q in model.parameters()) / 1e6
+    dims = model_dims(model, model.lm_head.weight.dtype)  # the roofline's bytes: weights, and per cached token
+    weights_mb = dims["params"] * dims["dtype_bytes"] / 1e6
     bw = mach["copy_gb_per_s"]
     rows = []
     for shape in a.shapes:
         B, T = map(int, shape.split("x"))
         r = profile_step(model, linears, B, T, a.reps)
+        r["kv_cache_mb"] = B * (T + 1) * dims["kv_bytes_per_token"] / 1e6
         r["at_copy_bandwidth_ms"] = dict(weights=weights_mb / bw, kv_cache=r["kv_cache_mb"] / bw)
         rows.append(r)
     L = [f"{mach['cpu']}, {mach['threads']} threads, torch {mach['torch']}, model {a.model}, copy bandwidth {bw:.0f} GB/s", "",
