@@ -259,7 +259,7 @@ def encode_batch(tokenizer, prompts:list, completions:list, ended:list, max_comp
     seqs, masks = [], []
     for p, c, e in zip(prompts, completions, ended, strict=True):
         p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
-        c_ids = tokenizer(c, add_special_tokens=False)["input_ids"][:max_completion_tokens]
+        c_ids = tokenizer(c, add_special_tokens=False, split_special_tokens=True)["input_ids"][:max_completion_tokens]
         if e and len(c_ids) < max_completion_tokens: c_ids = c_ids + [tokenizer.eos_token_id]
         seqs.append(p_ids + c_ids); masks.append([0]*len(p_ids) + [1]*len(c_ids))
     width = max(map(len, seqs))

@@ -5,38 +5,71 @@
 # %% ../nbs/06_sampler.ipynb #68b0a0fc
 from __future__ import annotations
 import logging, math, random
+from collections import Counter
 from dataclasses import dataclass, field, asdict
 
 # %% auto #0
-__all__ = ['logger', 'STRATEGIES', 'ADAPTIVE', 'rescore', 'has_spread', 'paper', 'uniform', 'top_reward', 'first', 'get_strategy',
-           'round_rng', 'select_external', 'FixedIJ', 'GradientIJ', 'BanditIJ', 'make_controller',
-           'controller_from_dict']
+__all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'ADAPTIVE', 'rescore', 'has_spread', 'paper', 'uniform', 'top_reward',
+           'first', 'get_strategy', 'round_rng', 'select_external', 'FixedIJ', 'GradientIJ', 'BanditIJ',
+           'make_controller', 'controller_from_dict']
 
 # %% ../nbs/06_sampler.ipynb #8a65b12d
 logger = logging.getLogger("sapo_nb.sampler")
 _warned = set()  # exception types already logged by rescore (then only counted)
 
 # %% ../nbs/06_sampler.ipynb #fac259e8
-def rescore(candidates: list, # groups from the pool
-            reward_fn, # local reward: reward_fn(entry, completions) -> list[float]
-           ) -> tuple[list, int]:
-    "Candidates with `rewards` recomputed locally (sender's kept as `sender_rewards`), and the number that failed."
-    out, errors = [], 0
+REBUILD_REASONS = {
+    "unknown_task": "the task is not in this node's mix",
+    "bad_item": "the item cannot be rebuilt under this node's mix (malformed, out of range, unanswerable)",
+    "question_mismatch": "the question the peer sent differs from the one rebuilt from its item",
+    "score_error": "the local reward function failed on the group's completions",
+}
+
+def _rebuild(g, mix):
+    "The locally rebuilt entry of candidate `g`, or the reason it cannot be used."
+    from sapo_nb.tasks import rebuild_item, ItemError
+    try: entry = rebuild_item(mix, g.get("task"), g.get("item"))
+    except ItemError as e: return None, e.reason
+    return (entry, None) if entry["question"] == g.get("question") else (None, "question_mismatch")
+
+def _score_all(reward_fn, pairs):
+    "Rewards (or the exception) for each (entry, completions) pair, in one batch when the reward function has one."
+    batch = getattr(reward_fn, "batch", None)
+    if batch is not None: return list(batch(pairs))
+    out = []
+    for entry, cs in pairs:
+        try: out.append(reward_fn(entry, cs))
+        except Exception as e: out.append(e)
+    return out
+
+def _valid_rewards(rs, n):
+    "`rs` as floats if it is `n` finite numbers, else the error."
+    try: rs = [float(r) for r in rs]
+    except Exception as e: return e
+    if len(rs) != n or not all(map(math.isfinite, rs)): return ValueError(f"reward_fn returned {len(rs)} values for {n} completions, or a non-finite one")
+    return rs
+
+def rescore(candidates: list, # groups from the pool (untrusted)
+            reward_fn, # local reward: reward_fn(entry, completions) -> list[float] (optionally with .batch(pairs))
+            mix: str, # this node's mix: every item is rebuilt under it
+           ) -> tuple[list, Counter]:
+    "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally, and a Counter of rejected ones by reason."
+    rejected, keep = Counter(), []
     for g in candidates:
-        entry = {"question": g["question"], "answer": g["answer"], "metadata": g["metadata"]}
-        try:
-            rs = [float(r) for r in reward_fn(entry, list(g["completions"]))]
-            if len(rs) != len(g["completions"]) or not all(math.isfinite(r) for r in rs):
-                raise ValueError(f"reward_fn returned {len(rs)} values (finite: {all(map(math.isfinite, rs))}) "
-                                 f"for {len(g['completions'])} completions")
-        except Exception as e:
-            if type(e) not in _warned:
-                _warned.add(type(e))
+        entry, why = _rebuild(g, mix)
+        if why: rejected[why] += 1
+        else: keep.append((g, entry))
+    out = []
+    for (g, entry), rs in zip(keep, _score_all(reward_fn, [(e, list(g["completions"])) for g, e in keep])):
+        rs = rs if isinstance(rs, Exception) else _valid_rewards(rs, len(g["completions"]))
+        if isinstance(rs, Exception):
+            if type(rs) not in _warned:
+                _warned.add(type(rs))
                 logger.warning("local reward_fn failed on an external group from %r: %r (dropped; further "
-                               "%s are only counted)", g.get("node_id"), e, type(e).__name__)
-            errors += 1; continue
-        out.append({**g, "rewards": rs, "sender_rewards": g.get("rewards")})
-    return out, errors
+                               "%s are only counted)", g.get("node_id"), rs, type(rs).__name__)
+            rejected["score_error"] += 1; continue
+        out.append({**g, "entry": entry, "rewards": rs})
+    return out, rejected
 
 def has_spread(group) -> bool:
     "True unless all G rewards are equal (then every group-relative advantage is zero)."
@@ -83,26 +116,29 @@ def round_rng(seed: int, round: int, node_id: str) -> random.Random:
 
 def _mean(xs): return sum(xs) / len(xs) if xs else None
 
-def select_external(candidates: list, # groups from `Transport.collect`
+def select_external(candidates: list, # groups from `Transport.collect` (untrusted)
                     J: int, # how many external groups to train on
                     strategy="paper", # a name in STRATEGIES or a callable(candidates, J, rng) -> list
                     reward_fn=None, # local reward_fn(entry, completions) -> list[float]; required
                     rng: random.Random|int|None=None, # generator or seed (default seed 0)
+                    mix: str|None=None, # this node's mix, under which every item is rebuilt; required
                    ) -> tuple[list, dict]:
-    "Re-score `candidates` with the local reward function and pick up to `J`: `(selected, info)`."
+    "Rebuild and re-score `candidates` locally and pick up to `J`: `(selected, info)`."
     if not isinstance(J, int) or isinstance(J, bool) or J < 0: raise ValueError(f"J must be an int >= 0, got {J!r}")
     if not callable(reward_fn):
         raise ValueError("select_external needs the local reward_fn: a sender's rewards are never trusted")
+    if mix is None: raise ValueError("select_external needs the local mix: items are rebuilt under it, never taken from the sender")
     fn = get_strategy(strategy)
     if not isinstance(rng, random.Random): rng = random.Random(0 if rng is None else rng)
-    scored, errors = rescore(candidates, reward_fn)
+    scored, rejected = rescore(candidates, reward_fn, mix)
     picked = fn(scored, J, rng)
     ids = {id(g) for g in scored}
     if not isinstance(picked, list) or len(picked) > J or any(id(g) not in ids for g in picked):
         raise ValueError(f"strategy {getattr(fn, '__name__', fn)!r} must return a list of at most J={J} of the candidates it was given")
     zero = sum(not has_spread(g) for g in scored)
-    info = dict(strategy=getattr(fn, "__name__", str(fn)), requested=J, available=len(candidates), score_errors=errors,
-                zero_spread=zero, zero_spread_dropped=zero if getattr(fn, "drops_zero_spread", False) else 0,
+    info = dict(strategy=getattr(fn, "__name__", str(fn)), requested=J, available=len(candidates), rejected=dict(rejected),
+                score_errors=rejected["score_error"], zero_spread=zero,
+                zero_spread_dropped=zero if getattr(fn, "drops_zero_spread", False) else 0,
                 selected=len(picked), short=J - len(picked),
                 selected_zero_spread=sum(not has_spread(g) for g in picked),
                 pool_reward=_mean([r for g in scored for r in g["rewards"]]),

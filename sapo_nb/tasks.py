@@ -4,12 +4,13 @@
 
 # %% ../nbs/01_tasks.ipynb #17cc63b4
 from __future__ import annotations
-import contextlib, copy, hashlib, io, random
+import contextlib, copy, functools, hashlib, io, random
 from typing import Any, Iterator
 
 # %% auto #0
-__all__ = ['TASK_NAMES', 'MIXES', 'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES', 'mix_components', 'mix_settings',
-           'make_dataset', 'quiet_item', 'derive_seed', 'TaskStream', 'build_messages', 'format_prompt']
+__all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES', 'mix_components',
+           'mix_settings', 'make_dataset', 'quiet_item', 'derive_seed', 'TaskStream', 'ItemError', 'rebuild_item',
+           'build_messages', 'format_prompt']
 
 # %% ../nbs/01_tasks.ipynb #dd2f481c
 TASK_NAMES = ("base_conversion", "basic_arithmetic", "arc_1d", "bf", "propositional_logic",
@@ -91,6 +92,8 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(h[:8], "big") % (2**31 - 1)
 
 # %% ../nbs/01_tasks.ipynb #3c1a41da
+ITEM_CHUNK = 500  # items per generated dataset: an item is (component, dataset seed, index < ITEM_CHUNK)
+
 class TaskStream:
     "An endless, deterministic stream of ReasoningGym questions for one node."
     def __init__(self,
@@ -99,27 +102,32 @@ class TaskStream:
                  node_id:str="node0",       # this node's name: different nodes, different questions
                  share_stream:bool=False,   # True: every node draws the same questions
                  tasks=(),                  # optional subset of the mix's task names
-                 chunk_size:int=500,        # items per generated dataset before reseeding
+                 chunk_size:int=ITEM_CHUNK, # items per generated dataset before reseeding (1..ITEM_CHUNK)
                 ):
-        if chunk_size < 1: raise ValueError(f"chunk_size: got {chunk_size!r}; allowed: an integer >= 1")
+        if not 1 <= chunk_size <= ITEM_CHUNK: raise ValueError(f"chunk_size: got {chunk_size!r}; allowed: an integer in 1..{ITEM_CHUNK}")
         self.mix, self.seed, self.node_id, self.share_stream, self.chunk_size = mix, seed, node_id, share_stream, int(chunk_size)
         self.components = mix_components(mix, tasks)
+        names = [c[0] for c in mix_components(mix)]
+        # position of each drawn component in the *whole* mix: what an item names on the wire
+        self._in_mix = [i for i, n in enumerate(names) if not tasks or n in ((tasks,) if isinstance(tasks, str) else tasks)]
         self.stream_seed = derive_seed(seed, "shared" if share_stream else f"node:{node_id}")
         self._rng = random.Random(self.stream_seed)
         self._weights = [w for _, w, _ in self.components]
         n = len(self.components)
-        self._pos, self._chunk, self._data = [0] * n, [0] * n, [None] * n
+        self._pos, self._chunk, self._data, self._seeds = [0] * n, [0] * n, [None] * n, [None] * n
         self.drawn = 0                     # questions handed out so far
         self.dropped = 0                   # generated items skipped because no answer can win them
 
     def _item(self, k:int) -> dict:
-        "The next item of component `k` (reseeding when its chunk is used up)."
+        "The next item of component `k` (reseeding when its chunk is used up), tagged with its `task` and `item`."
         if self._pos[k] >= self.chunk_size: self._chunk[k], self._pos[k], self._data[k] = self._chunk[k] + 1, 0, None
+        name, _, cfg = self.components[k]
         if self._data[k] is None:
-            name, _, cfg = self.components[k]
-            self._data[k] = make_dataset(name, derive_seed(self.stream_seed, k, name, self._chunk[k]), self.chunk_size, **cfg)
+            self._seeds[k] = derive_seed(self.stream_seed, k, name, self._chunk[k])
+            self._data[k] = make_dataset(name, self._seeds[k], ITEM_CHUNK, **cfg)
         self._pos[k] += 1
-        return quiet_item(self._data[k], self._pos[k] - 1)
+        entry = quiet_item(self._data[k], self._pos[k] - 1)
+        return dict(entry, task=name, item=dict(component=self._in_mix[k], seed=self._seeds[k], index=self._pos[k] - 1))
 
     def _question(self) -> dict:
         "Pick a component by weight, then its next answerable item."
@@ -145,6 +153,36 @@ class TaskStream:
     def __next__(self) -> dict: return self.next(1)[0]
     def __repr__(self): return (f"TaskStream(mix={self.mix!r}, seed={self.seed!r}, node_id={self.node_id!r}, "
                                 f"share_stream={self.share_stream!r}, drawn={self.drawn})")
+
+# %% ../nbs/01_tasks.ipynb #09f94489
+class ItemError(ValueError):
+    "An item this node cannot rebuild under its own mix; `reason` is a stable name (`unknown_task`, `bad_item`)."
+    def __init__(self, reason:str, detail:str=""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+def _is_int(x, hi:int) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < hi
+
+@functools.lru_cache(maxsize=64)
+def _component_dataset(mix:str, k:int, seed:int):
+    "The generated dataset of component `k` of `mix` with `seed` (a few kept: peers name the same chunks round after round)."
+    name, _, cfg = MIXES[mix]["tasks"][k]
+    return make_dataset(name, seed, ITEM_CHUNK, **copy.deepcopy(cfg))
+
+def rebuild_item(mix:str,  # this node's mix: items are rebuilt under its definition, never the sender's
+                 task,     # the task the sender names (untrusted)
+                 item,     # `{component, seed, index}` as received (untrusted)
+                ) -> dict:
+    "The entry (question, answer, metadata, `task`, `item`) `item` names under `mix`; `ItemError` if it cannot be rebuilt."
+    comps = mix_components(mix)
+    if not isinstance(task, str) or task not in {c[0] for c in comps}: raise ItemError("unknown_task", f"{str(task)[:40]!r} is not in mix {mix!r}")
+    if not (isinstance(item, dict) and set(item) == {"component", "seed", "index"} and _is_int(item["component"], len(comps))
+            and _is_int(item["seed"], 2**31) and _is_int(item["index"], ITEM_CHUNK)): raise ItemError("bad_item", "malformed item")
+    if comps[item["component"]][0] != task: raise ItemError("bad_item", f"component {item['component']} of {mix!r} is not {task!r}")
+    from sapo_nb.rewards import is_answerable
+    entry = quiet_item(_component_dataset(mix, item["component"], item["seed"]), item["index"])
+    if not is_answerable(entry): raise ItemError("bad_item", "the item has no winning answer")
+    return dict(entry, task=task, item=dict(item))
 
 # %% ../nbs/01_tasks.ipynb #530df7f5
 SYSTEM_PROMPT = ("You are a careful problem solver. Think the problem through step by step. When you are done, "
