@@ -8,9 +8,9 @@ import contextlib, copy, functools, hashlib, io, random
 from typing import Any, Iterator
 
 # %% auto #0
-__all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES', 'mix_components',
-           'mix_settings', 'make_dataset', 'quiet_item', 'derive_seed', 'TaskStream', 'ItemError', 'rebuild_item',
-           'build_messages', 'format_prompt']
+__all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'TRAIN_SEEDS', 'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES',
+           'mix_components', 'mix_settings', 'make_dataset', 'quiet_item', 'derive_seed', 'TaskStream', 'ItemError',
+           'rebuild_item', 'eval_items', 'build_messages', 'format_prompt']
 
 # %% ../nbs/01_tasks.ipynb #dd2f481c
 TASK_NAMES = ("base_conversion", "basic_arithmetic", "arc_1d", "bf", "propositional_logic",
@@ -92,7 +92,8 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(h[:8], "big") % (2**31 - 1)
 
 # %% ../nbs/01_tasks.ipynb #3c1a41da
-ITEM_CHUNK = 500  # items per generated dataset: an item is (component, dataset seed, index < ITEM_CHUNK)
+ITEM_CHUNK = 500     # items per generated dataset: an item is (component, dataset seed, index < ITEM_CHUNK)
+TRAIN_SEEDS = 2**30  # training datasets have seeds below this; the held-out evaluation set has seeds above it
 
 class TaskStream:
     "An endless, deterministic stream of ReasoningGym questions for one node."
@@ -123,7 +124,7 @@ class TaskStream:
         if self._pos[k] >= self.chunk_size: self._chunk[k], self._pos[k], self._data[k] = self._chunk[k] + 1, 0, None
         name, _, cfg = self.components[k]
         if self._data[k] is None:
-            self._seeds[k] = derive_seed(self.stream_seed, k, name, self._chunk[k])
+            self._seeds[k] = derive_seed(self.stream_seed, k, name, self._chunk[k]) % TRAIN_SEEDS
             self._data[k] = make_dataset(name, self._seeds[k], ITEM_CHUNK, **cfg)
         self._pos[k] += 1
         entry = quiet_item(self._data[k], self._pos[k] - 1)
@@ -177,12 +178,33 @@ def rebuild_item(mix:str,  # this node's mix: items are rebuilt under its defini
     comps = mix_components(mix)
     if not isinstance(task, str) or task not in {c[0] for c in comps}: raise ItemError("unknown_task", f"{str(task)[:40]!r} is not in mix {mix!r}")
     if not (isinstance(item, dict) and set(item) == {"component", "seed", "index"} and _is_int(item["component"], len(comps))
-            and _is_int(item["seed"], 2**31) and _is_int(item["index"], ITEM_CHUNK)): raise ItemError("bad_item", "malformed item")
+            and _is_int(item["seed"], TRAIN_SEEDS) and _is_int(item["index"], ITEM_CHUNK)): raise ItemError("bad_item", "malformed item")
     if comps[item["component"]][0] != task: raise ItemError("bad_item", f"component {item['component']} of {mix!r} is not {task!r}")
     from sapo_nb.rewards import is_answerable
     entry = quiet_item(_component_dataset(mix, item["component"], item["seed"]), item["index"])
     if not is_answerable(entry): raise ItemError("bad_item", "the item has no winning answer")
     return dict(entry, task=task, item=dict(item))
+
+# %% ../nbs/01_tasks.ipynb #4b9809b7
+@functools.lru_cache(maxsize=8)
+def _eval_items(mix:str, n:int) -> tuple:
+    from sapo_nb.rewards import is_answerable
+    comps, rng = mix_components(mix), random.Random(f"sapo-eval:{mix}")
+    data = [make_dataset(name, TRAIN_SEEDS + k, ITEM_CHUNK, **cfg) for k, (name, _, cfg) in enumerate(comps)]
+    pos, out = [0] * len(comps), []
+    while len(out) < n:
+        k = rng.choices(range(len(comps)), weights=[w for _, w, _ in comps])[0]
+        if pos[k] >= ITEM_CHUNK: raise RuntimeError(f"mix {mix!r}: fewer than {n} answerable evaluation items")
+        entry = quiet_item(data[k], pos[k]); pos[k] += 1
+        if is_answerable(entry): out.append(dict(entry, task=comps[k][0], item=dict(component=k, seed=TRAIN_SEEDS + k, index=pos[k] - 1)))
+    return tuple(out)
+
+def eval_items(mix:str="paper", # a key of `MIXES`
+               n:int=64,        # how many questions
+              ) -> list[dict]:
+    "The held-out evaluation questions of `mix`: fixed, the same everywhere, never in a training stream."
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096: raise ValueError(f"n: got {n!r}; allowed: an integer in 1..4096")
+    return copy.deepcopy(list(_eval_items(mix, n)))
 
 # %% ../nbs/01_tasks.ipynb #530df7f5
 SYSTEM_PROMPT = ("You are a careful problem solver. Think the problem through step by step. When you are done, "
