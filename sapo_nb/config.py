@@ -92,6 +92,9 @@ class SAPOConfig:
     max_completion_chars: int = _f(16384, "reject a received completion longer than this")
     max_groups_per_file: int = _f(64, "reject a received rollout file with more groups")
     max_file_bytes: int = _f(8_000_000, "reject a received rollout file larger than this")
+    # --- held-out evaluation
+    eval_every: int = _f(10, "rounds between held-out evaluations (greedy pass@1 on the fixed evaluation set), also at round 0 and the last round; 0: never")
+    eval_questions: int = _f(64, "size of the held-out evaluation set: the same questions for every node, configuration and seed")
     # --- checkpoints and hardware
     checkpoint_every: int = _f(10, "rounds between checkpoints (0: never)")
     device: str = _f("auto", "'auto' (CUDA if present), 'cpu' or 'cuda'")
@@ -119,7 +122,8 @@ def _int(lo): return (lambda v: isinstance(v, int) and not isinstance(v, bool) a
 _RULES = dict(
     seed=_int(0), rounds=_int(1), local_questions=_int(0), external_questions=_int(0),
     completions_per_question=_int(2), max_new_tokens=_int(1), micro_batch_size=_int(1), num_iterations=_int(1), minibatches=_int(1),
-    wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0),
+    wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0), eval_every=_int(0), 
+    eval_questions=(lambda v: _int(1)[0](v) and v <= 4096, "a whole number in 1..4096"),
     max_completion_chars=_int(1), max_groups_per_file=_int(1), max_file_bytes=_int(1),
     temperature=_num(0, lo_open=True), top_p=_num(0, 1, lo_open=True), learning_rate=_num(0, lo_open=True),
     weight_decay=_num(0), eps_low=_num(0, 1, hi_open=True), eps_high=_num(0), beta=_num(0),

@@ -205,7 +205,8 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
 
 # %% ../nbs/04_grpo.ipynb #f249b112
 def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:int=256,
-                         temperature:float=1.0, top_p:float=1.0, seed:int|None=None,
+                         temperature:float=1.0,          # 0: greedy (the most likely token every step)
+                         top_p:float=1.0, seed:int|None=None,
                          compute_dtype=None,             # autocast dtype (None: the weights' dtype)
                          share_prompt_cache:bool=True,   # prefill each prompt once, not G times
                          inverse_cdf:bool=True,          # draw with `InverseCDFSampler` (False: `generate`'s multinomial)
@@ -222,15 +223,18 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
     t0 = time.perf_counter()
     was_training = model.training
     model.eval()
-    warpers = [TopPLogitsWarper(top_p)] if top_p < 1.0 else []  # top-p sees the tempered scores, as in `generate`
+    greedy = temperature == 0
+    warpers = [TopPLogitsWarper(top_p)] if top_p < 1.0 and not greedy else []  # top-p sees the tempered scores, as in `generate`
     if warpers and temperature != 1.0: warpers.insert(0, TemperatureLogitsWarper(temperature))
-    sampler = InverseCDFSampler(1.0 if warpers else temperature)
-    draw = (dict(do_sample=False, logits_processor=LogitsProcessorList(warpers + [sampler]))
-            if inverse_cdf else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0))
+    sampler = InverseCDFSampler(1.0 if warpers or greedy else temperature)
+    if greedy: pick, draw = (lambda logits: logits.argmax(-1)), dict(do_sample=False)
+    else:
+        pick = lambda logits: sampler.draw(LogitsProcessorList(warpers)(None, logits))
+        draw = (dict(do_sample=False, logits_processor=LogitsProcessorList(warpers + [sampler]))
+                if inverse_cdf else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0))
     with torch.no_grad(), compute_context(model, compute_dtype):
-        if decode_loop and inverse_cdf and share_prompt_cache and supports_decode_loop(model):
-            new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
-                                     lambda logits: sampler.draw(LogitsProcessorList(warpers)(None, logits)),
+        if decode_loop and (inverse_cdf or greedy) and share_prompt_cache and supports_decode_loop(model):
+            new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens, pick,
                                      eos, tokenizer.pad_token_id)
         else:
             cache = prefill_prompts(model, enc["input_ids"], enc["attention_mask"], G) if share_prompt_cache and G > 1 else None
