@@ -2,8 +2,9 @@
 
 For N simulated peers per round (default 8, 64, 512), every peer publishes I groups of G completions to the pool,
 then one reader node collects the round. Measured per round, median over --rounds rounds:
-  publish_s   seconds to publish one peer's rollout (encode + validate + atomic write / DHT store)
-  collect_s   one cold collect of the whole round (list + read + parse + validate every peer's entry)
+  publish_s   seconds to publish one peer's rollout (validate + sign + atomic write / DHT store)
+  collect_s   one cold collect of the whole round (list + read + parse + verify + validate every peer's entry;
+              the per-round caps are lifted here so that every peer is read)
   poll_s      a second collect of the unchanged round (what a node pays per poll while it waits for peers)
   bytes       bytes per round in the pool (all peers)
 on the shared-folder transport (a local temp folder), and with --hivemind also on the hivemind DHT (N nodes on
@@ -12,7 +13,7 @@ loopback plus the reader; 8 peers by default).
     python bench/pool_scale.py                      # folder: 8, 64, 512 peers
     python bench/pool_scale.py --hivemind           # plus hivemind with 8 peers, if hivemind is importable
 """
-import argparse, json, random, statistics, sys, tempfile, time
+import argparse, json, os, random, statistics, sys, tempfile, time
 from pathlib import Path
 
 try:
@@ -29,10 +30,12 @@ def make_groups(rng, peer, rnd, I, G, chars):
         out = []
         while sum(map(len, out)) + len(out) < chars: out.append(rng.choice(WORDS))
         return " ".join(out) + f" <answer>{rng.randint(0, 99)}</answer>"
-    return [dict(question=f"[{peer} r{rnd} q{i}] What is {rng.randint(0, 99)} + {rng.randint(0, 99)}?",
-                 answer=str(rng.randint(0, 198)), metadata={"source_dataset": "basic_arithmetic", "idx": i},
-                 completions=[text() for _ in range(G)], rewards=[float(rng.random() < 0.4) for _ in range(G)])
+    return [dict(task="basic_arithmetic", item=dict(component=0, seed=rng.randrange(2**31), index=i),
+                 question=f"[{peer} r{rnd} q{i}] What is {rng.randint(0, 99)} + {rng.randint(0, 99)}?",
+                 completions=[text() for _ in range(G)], truncated=[False] * G)
             for i in range(I)]
+
+UNCAPPED = PoolLimits(max_files_per_round=10**6, max_bytes_per_round=10**10, max_groups_per_round=10**7)
 
 
 def measure(publishers, reader, peers, rounds, I, G, chars, bytes_of_round, seed=0):
@@ -54,15 +57,15 @@ def measure(publishers, reader, peers, rounds, I, G, chars, bytes_of_round, seed
 
 def bench_folder(peers, rounds, I, G, chars):
     with tempfile.TemporaryDirectory() as root:
-        t = FolderTransport(root, "bench")
-        reader = FolderTransport(root, "bench")
+        t = FolderTransport(root, "bench", limits=UNCAPPED)
+        reader = FolderTransport(root, "bench", limits=UNCAPPED)
         size = lambda rnd: sum(p.stat().st_size for p in t.round_dir(rnd).glob("*.json"))
         return measure([(t, f"peer-{i:03d}") for i in range(peers)], reader, peers, rounds, I, G, chars, size)
 
 
 def bench_hivemind(peers, rounds, I, G, chars):
     opts = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False)
-    reader = HivemindTransport("bench", **opts)
+    reader = HivemindTransport("bench", limits=UNCAPPED, **opts)
     nodes = []
     try:
         t0 = time.perf_counter()
@@ -93,6 +96,7 @@ def main(argv=None):
     p.add_argument("--hivemind-peers", type=int, nargs="+", default=[8])
     p.add_argument("--json", help="also write the results here")
     a = p.parse_args(argv)
+    os.environ["SAPO_KEY_DIR"] = tempfile.mkdtemp()  # the simulated peers' keys: never the user's key folder
     results = []
     for n in a.peers:
         print(f"folder, {n} peers ...", file=sys.stderr)

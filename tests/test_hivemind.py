@@ -1,9 +1,11 @@
-"""Real hivemind DHT test: three nodes on loopback exchange rollouts; one leaves; the other two still exchange.
+"""Real hivemind DHT tests on loopback: three nodes exchange rollouts; one leaves; the other two still exchange.
+And the DHT's own defences: a peer cannot overwrite another node's subkey, cannot squat a round with a long expiry,
+and cannot speak for a node id whose key a receiver already knows.
 
 Skipped, with the import error as the reason, where hivemind (the optional extra `sapo_nb[hivemind]`) is not
 importable. All traffic stays on 127.0.0.1: NAT port mapping, AutoNAT and relays are switched off.
 """
-import time
+import os, tempfile, time
 
 import pytest
 
@@ -15,14 +17,25 @@ except Exception as e:  # ImportError, or a broken install
 
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
-from sapo_nb.transport import HivemindTransport, PoolLimits, decode_rollout, encode_rollout, make_rollout  # noqa: E402
+from sapo_nb.identity import load_key, sign_rollout  # noqa: E402
+from sapo_nb.transport import HivemindTransport, PoolLimits, encode_rollout, make_rollout  # noqa: E402
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False, timeout=30)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def key_folder():
+    "The honest nodes' keys live in a temp folder, never the user's real one."
+    old, d = os.environ.get("SAPO_KEY_DIR"), tempfile.mkdtemp()
+    os.environ["SAPO_KEY_DIR"] = d
+    yield d
+    if old is None: os.environ.pop("SAPO_KEY_DIR", None)
+    else: os.environ["SAPO_KEY_DIR"] = old
+
+
 def groups(tag, n=2, G=4):
-    return [dict(question=f"{tag} q{i}", answer=str(i), metadata={"source_dataset": "toy", "i": i},
-                 completions=[f"{tag} says {k}" for k in range(G)], rewards=[float(k == i) for k in range(G)])
+    return [dict(task="basic_arithmetic", item=dict(component=0, seed=1, index=i), question=f"{tag} q{i}",
+                 completions=[f"{tag} says {k}" for k in range(G)], truncated=[k == 0 for k in range(G)])
             for i in range(n)]
 
 
@@ -53,6 +66,7 @@ def test_three_nodes_exchange_and_survive_one_leaving(swarm):
         assert sorted({g["node_id"] for g in got}) == sorted(set(swarm) - {name})
         assert len(got) == 4
         assert all(g["round"] == 0 and g["model"] == "tiny" and len(g["completions"]) == 4 for g in got)
+        assert all(g["truncated"] == [True, False, False, False] and g["task"] == "basic_arithmetic" for g in got)
         assert {g["question"] for g in got} == {f"{o} q{i}" for o in set(swarm) - {name} for i in range(2)}
     assert a.peers() == ["a", "b", "c"]
     assert all(t.rejected == 0 for t in swarm.values())
@@ -72,14 +86,18 @@ def test_alone_node_runs_and_rejects_bad_values():
         t.publish(3, "solo", groups("solo"))
         assert t.collect(3, exclude="solo") == []
         assert len(t.collect(3)) == 2
-        # values written straight into the DHT, bypassing publish: each must be rejected, none may raise
+        # values written straight into the DHT under subkeys this transport owns, bypassing publish:
+        # each must be rejected, none may raise
         exp = t._now() + 60
-        bad = {"spoof": encode_rollout(make_rollout(3, "someone-else", groups("x"))),
-               "half": encode_rollout(make_rollout(3, "half", groups("h")))[:30],
-               "../up": encode_rollout(make_rollout(3, "../up", groups("u"))),
-               "long": encode_rollout(make_rollout(3, "long", [dict(groups("l", 1)[0], completions=["y" * 60] * 4)])),
+        signed = lambda node, gs: encode_rollout(sign_rollout(make_rollout(3, node, gs, experiment="hm-alone"), load_key(node)))
+        bad = {"spoof": signed("someone-else", groups("x")),
+               "half": signed("half", groups("h"))[:30],
+               "../up": signed("solo", groups("u")),
+               "long": signed("long", [dict(groups("l", 1)[0], completions=["y" * 60] * 4)]),
                "notbytes": 12345}
-        for sub, v in bad.items(): t._run(t._node.store(t._key(3), v, exp, subkey=sub))
+        for sub, v in bad.items(): assert t._run(t._node.store(t._key(3), v, exp, subkey=t.subkey(sub)))
+        # and an unowned subkey is refused by the DHT itself
+        assert not t._run(t._node.store(t._key(3), signed("plain", groups("p")), exp, subkey="plain"))
         got = t.collect(3)
         assert {g["node_id"] for g in got} == {"solo"}
         assert dict(t.rejects) == {"node_mismatch": 1, "bad_json": 2, "bad_node_id": 1, "completion_too_long": 1}
@@ -92,3 +110,66 @@ def test_bad_initial_peer_fails_clearly():
     with pytest.raises(ConnectionError, match="initial_peers"):
         HivemindTransport("hm-x", initial_peers=["/ip4/127.0.0.1/tcp/9/p2p/12D3KooWBwayPmob8pbKoriLzoq8TpWKiodchrSLKXJusEaMy8Gi"],
                           **dict(LOOPBACK, timeout=40))
+
+# ------------------------------------------------------------------ attacks on the DHT
+
+
+@pytest.fixture(scope="module")
+def trio(key_folder):
+    "alice and bob are honest; mallory has her own keys and, in each test, her own idea of the rules."
+    alice = HivemindTransport("hm-attack", **LOOPBACK)
+    bob = HivemindTransport("hm-attack", initial_peers=alice.maddrs, **LOOPBACK)
+    mallory = HivemindTransport("hm-attack", initial_peers=alice.maddrs, key_dir=tempfile.mkdtemp(), **LOOPBACK)
+    yield alice, bob, mallory
+    for t in (mallory, bob, alice): t.close()
+
+
+def test_overwrite_of_another_nodes_subkey_fails(trio):
+    alice, bob, mallory = trio
+    alice.publish(0, "alice", groups("alice"))
+    assert [g["question"] for g in poll(bob, 0, "bob", {"alice"})] == ["alice q0", "alice q1"]
+    honest_validator = mallory._node.protocol.record_validator
+    try:
+        mallory._node.protocol.record_validator = None  # a raw node: signs nothing, checks nothing
+        forged = encode_rollout(sign_rollout(make_rollout(0, "alice", [], experiment="hm-attack"),
+                                             load_key("alice", mallory.key_dir)))
+        later = mallory._now() + 600  # a later expiry would win a plain DHT subkey
+        mallory._run(mallory._node.store(alice._key(0), forged, later, subkey=alice.subkey("alice")))
+        mallory._run(mallory._node.store(alice._key(0), b"", later, subkey=alice.subkey("alice")))
+    finally:
+        mallory._node.protocol.record_validator = honest_validator
+    for t in (bob, alice):
+        t._cache.clear()
+        assert [g["question"] for g in t.collect(0)] == ["alice q0", "alice q1"]
+        assert t.rejected == 0  # the forged values never got past the DHT's validation
+
+
+def test_squatting_with_long_expiry_fails(trio):
+    alice, bob, mallory = trio
+    honest_validator = mallory._node.protocol.record_validator
+    try:
+        mallory._node.protocol.record_validator = mallory._owner  # signs her subkey, but ignores the expiry cap
+        year = mallory._now() + 365 * 24 * 3600
+        squat = mallory.encode(7, "mallory", groups("squat"))
+        mallory._run(mallory._node.store(mallory._key(7), squat, year, subkey=mallory.subkey("mallory")))
+    finally:
+        mallory._node.protocol.record_validator = honest_validator
+    assert mallory.publish(8, "mallory", groups("fair")) > 0  # the control: a normal expiry goes through
+    assert [g["question"] for g in poll(bob, 8, "bob", {"mallory"})] == ["fair q0", "fair q1"]
+    for t in (bob, alice):
+        assert t.collect(7) == []
+        assert t.rejected == 0
+
+
+def test_second_key_for_known_node_id_is_key_mismatch(trio):
+    alice, bob, mallory = trio
+    alice.publish(1, "alice", groups("alice1"))
+    poll(bob, 1, "bob", {"alice"})  # bob knows alice's key (first seen in round 0 or here)
+    mallory.publish(2, "alice", groups("forged"))  # her own subkey, her own key, alice's name
+    alice.publish(2, "alice", groups("alice2"))
+    got = poll(bob, 2, "bob", {"alice"})
+    deadline = time.time() + 10
+    while bob.rejects["key_mismatch"] < 1 and time.time() < deadline:
+        time.sleep(0.2); got = bob.collect(2)
+    assert [g["question"] for g in got] == ["alice2 q0", "alice2 q1"]
+    assert dict(bob.rejects) == {"key_mismatch": 1}

@@ -2,36 +2,47 @@
 
 Two properties, checked on `decode_rollout` directly and through the folder and memory transports:
   * no exception escapes, whatever arrives;
-  * nothing invalid gets through: every group returned satisfies the wire schema, checked here by an independent
-    re-statement of the rules (not by calling the code under test).
-Plus the converse on well-formed input: a valid rollout loses nothing.
+  * nothing invalid gets through: every group returned satisfies the wire schema (schema 2), checked here by an
+    independent re-statement of the rules (not by calling the code under test), and comes from a rollout whose
+    signature is valid for the key bound to its sender.
+Plus the converse on well-formed input: a valid signed rollout loses nothing.
+
+Near-valid rollouts are signed *after* they are mutated (when they can be encoded at all), so the fuzz reaches
+the group checks instead of stopping at the signature.
 """
 import json, math, os, re, tempfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from sapo_nb.identity import canonical_json, load_key, public_key_hex, sign_rollout
 from sapo_nb.transport import (FolderTransport, MemoryTransport, PoolLimits, REJECT_REASONS, decode_rollout,
                                encode_rollout, make_rollout)
 
-LIMITS = PoolLimits(max_completion_chars=40, max_groups_per_file=5, max_file_bytes=6000)
+LIMITS = PoolLimits(max_completion_chars=40, max_question_chars=30, max_groups_per_file=5, max_file_bytes=6000)
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+KEYS = tempfile.mkdtemp()
+KEY = load_key("node-1", KEYS)
+PUB = public_key_hex(KEY)
 
 # ---------------------------------------------------------------- independent statement of what is valid
+
 
 def assert_valid(groups, expected_round, limits=LIMITS, expected_node=None, declared_G=None):
     assert isinstance(groups, list) and len(groups) <= limits.max_groups_per_file
     Gs = set()
     for g in groups:
-        assert set(g) == {"question", "answer", "metadata", "completions", "rewards", "node_id", "round", "model", "index"}
-        assert type(g["question"]) is str and g["question"] != ""
-        assert g["answer"] is None or type(g["answer"]) is str
-        assert type(g["metadata"]) is dict
-        cs, rs = g["completions"], g["rewards"]
-        assert type(cs) is list and type(rs) is list and len(cs) == len(rs) >= 1
+        assert set(g) == {"task", "item", "question", "completions", "truncated", "node_id", "round", "model", "index"}
+        assert type(g["task"]) is str and NODE_RE.fullmatch(g["task"]) and ".." not in g["task"]
+        it = g["item"]
+        assert type(it) is dict and set(it) == {"component", "seed", "index"}
+        assert all(type(v) is int and 0 <= v < 2**31 for v in it.values())
+        assert type(g["question"]) is str and 0 < len(g["question"]) <= limits.max_question_chars
+        cs, tr = g["completions"], g["truncated"]
+        assert type(cs) is list and type(tr) is list and len(cs) == len(tr) >= 1
         assert all(type(c) is str and 0 < len(c) <= limits.max_completion_chars for c in cs)
-        assert all(type(r) is float and math.isfinite(r) for r in rs)
+        assert all(type(t) is bool for t in tr)
         assert type(g["node_id"]) is str and NODE_RE.fullmatch(g["node_id"]) and ".." not in g["node_id"]
         if expected_node is not None: assert g["node_id"] == expected_node
         if expected_round is not None: assert g["round"] == expected_round
@@ -41,13 +52,17 @@ def assert_valid(groups, expected_round, limits=LIMITS, expected_node=None, decl
     if declared_G is not None and groups: assert Gs == {declared_G}
 
 
+def bound_to_our_key(node, pub): return None if (node, pub) == ("node-1", PUB) else "unknown_key"
+
+
 def check_decode(data, expected_round=3, expected_node=None):
-    groups, reasons = decode_rollout(data, expected_round, LIMITS, expected_node)  # must not raise
+    groups, reasons = decode_rollout(data, expected_round, LIMITS, expected_node, "fz", bound_to_our_key)  # must not raise
     assert all(r in REJECT_REASONS for r in reasons)
     if groups:
         assert len(data) <= LIMITS.max_file_bytes
         obj = json.loads(data)
-        assert obj["schema"] == 1
+        assert obj["schema"] == 2 and obj["experiment"] == "fz" and obj["public_key"] == PUB
+        KEY.public_key().verify(bytes.fromhex(obj["signature"]), canonical_json({k: v for k, v in obj.items() if k != "signature"}))
         assert_valid(groups, expected_round, expected_node=expected_node, declared_G=obj["G"])
     return groups, reasons
 
@@ -67,24 +82,38 @@ def maybe(valid, junk=any_json, p_junk=0.06):
     return st.sampled_from(range(100)).flatmap(lambda u: junk if u < 100 * p_junk else valid)
 
 
+def sign_if_possible(obj):
+    "Sign what can be encoded (the fuzz then reaches the group checks); leave the rest unsigned."
+    try: return sign_rollout(obj, KEY)
+    except (ValueError, TypeError, AttributeError): return obj
+
+
+items = st.fixed_dictionaries({"component": st.integers(0, 3), "seed": st.integers(0, 2**31 - 1), "index": st.integers(0, 499)})
+bad_items = st.one_of(any_json, st.fixed_dictionaries({"component": st.integers(-2, 2**32), "seed": json_scalars,
+                                                       "index": st.integers(-1, 2**31)}))
+
+
 @st.composite
 def near_valid_rollouts(draw):
     G = draw(maybe(st.integers(1, 4), st.one_of(st.integers(-2, 6), any_json)))
     n_real = G if isinstance(G, int) and not isinstance(G, bool) and 0 < G < 10 else 2
 
     def group():
-        return st.fixed_dictionaries({
-            "question": maybe(st.text(min_size=1, max_size=30), texts),
-            "answer": maybe(st.one_of(st.none(), st.text(max_size=10))),
-            "metadata": maybe(st.dictionaries(st.text(max_size=5), json_scalars, max_size=3)),
+        g = st.fixed_dictionaries({
+            "task": maybe(st.sampled_from(["basic_arithmetic", "arc_1d"]), st.one_of(node_ids, any_json)),
+            "item": maybe(items, bad_items),
+            "question": maybe(st.text(min_size=1, max_size=35), texts),
             "completions": maybe(st.lists(maybe(st.text(min_size=1, max_size=45), texts), min_size=n_real, max_size=n_real),
                                  st.lists(texts, max_size=6)),
-            "rewards": maybe(st.lists(maybe(st.floats(-2, 2), json_scalars), min_size=n_real, max_size=n_real),
-                             st.lists(json_scalars, max_size=6)),
+            "truncated": maybe(st.lists(maybe(st.booleans(), json_scalars), min_size=n_real, max_size=n_real),
+                               st.lists(json_scalars, max_size=6)),
         })
+        extra = st.dictionaries(st.sampled_from(["answer", "metadata", "rewards"]), json_scalars, max_size=1)
+        return st.tuples(g, maybe(st.just({}), extra, 0.1)).map(lambda t: {**t[0], **t[1]})
 
     obj = {
-        "schema": draw(maybe(st.just(1), st.sampled_from([0, 2, "1", True, 1.0, None]))),
+        "schema": draw(maybe(st.just(2), st.sampled_from([0, 1, "2", True, 2.0, None]))),
+        "experiment": draw(maybe(st.just("fz"), st.one_of(node_ids, any_json))),
         "round": draw(maybe(st.just(3), st.one_of(st.integers(-1, 5), any_json))),
         "node_id": draw(maybe(st.just("node-1"), node_ids)),
         "model": draw(maybe(st.text(max_size=10))),
@@ -93,6 +122,9 @@ def near_valid_rollouts(draw):
         "groups": draw(maybe(st.lists(maybe(group(), any_json), max_size=7), any_json)),
     }
     if draw(st.integers(0, 15)) == 0: obj.pop(draw(st.sampled_from(sorted(obj))))  # drop a field sometimes
+    obj = sign_if_possible(obj) if draw(st.integers(0, 19)) else obj
+    if draw(st.integers(0, 19)) == 0 and "signature" in obj:  # tamper after signing, sometimes
+        obj = dict(obj, round=4) if draw(st.booleans()) else dict(obj, signature="0" * 128)
     return obj
 
 
@@ -100,24 +132,30 @@ def near_valid_rollouts(draw):
 def valid_rollouts(draw):
     G = draw(st.integers(1, 4))
     groups = draw(st.lists(st.fixed_dictionaries({
-        "question": st.text(min_size=1, max_size=30), "answer": st.one_of(st.none(), st.text(max_size=10)),
-        "metadata": st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5)), max_size=3),
+        "task": st.sampled_from(["basic_arithmetic", "bf", "arc_1d"]), "item": items,
+        "question": st.text(min_size=1, max_size=30),
         "completions": st.lists(st.text(min_size=1, max_size=40), min_size=G, max_size=G),
-        "rewards": st.lists(st.floats(-5, 5), min_size=G, max_size=G)}), max_size=5))
-    return make_rollout(3, "node-1", groups, G=G, model=draw(st.text(max_size=8)), created_at=1.5)
+        "truncated": st.lists(st.booleans(), min_size=G, max_size=G)}), max_size=5))
+    return sign_rollout(make_rollout(3, "node-1", groups, G=G, model=draw(st.text(max_size=8)), created_at=1.5, experiment="fz"), KEY)
+
+
+def dumps(obj):
+    "Bytes as an arbitrary sender might write them (NaN and lone surrogates allowed: the reader must cope)."
+    return json.dumps(obj).encode()
 
 # ---------------------------------------------------------------- properties of decode_rollout
+
 
 @SETTINGS
 @given(any_json)
 def test_random_json_never_raises_never_leaks(obj):
-    check_decode(json.dumps(obj).encode())
+    check_decode(dumps(obj))
 
 
 @SETTINGS
 @given(near_valid_rollouts(), st.sampled_from([None, "node-1", "other"]))
 def test_near_valid_rollouts(obj, expected_node):
-    check_decode(json.dumps(obj).encode(), expected_node=expected_node)
+    check_decode(dumps(obj), expected_node=expected_node)
 
 
 @SETTINGS
@@ -142,37 +180,39 @@ def test_valid_rollouts_lose_nothing(obj):
     if len(data) > LIMITS.max_file_bytes:
         assert reasons == ["too_large"]; return
     assert reasons == []
-    assert [{k: g[k] for k in ("question", "answer", "metadata", "completions", "rewards")} for g in groups] == obj["groups"]
+    assert [{k: g[k] for k in ("task", "item", "question", "completions", "truncated")} for g in groups] == obj["groups"]
 
 
 def test_near_valid_strategy_reaches_both_outcomes():
     "Guard against a vacuous fuzz: the near-valid generator must produce accepted groups and many reject reasons."
     seen_ok, reasons = 0, set()
 
-    @settings(max_examples=400, deadline=None, database=None)
+    @settings(max_examples=500, deadline=None, database=None)
     @given(near_valid_rollouts())
     def probe(obj):
         nonlocal seen_ok
-        gs, why = decode_rollout(json.dumps(obj).encode(), 3, LIMITS, "node-1")
+        gs, why = decode_rollout(dumps(obj), 3, LIMITS, "node-1", "fz", bound_to_our_key)
         seen_ok += len(gs); reasons.update(why)
 
     probe()
     assert seen_ok > 0
-    assert len(reasons) >= 8, reasons
+    assert len(reasons) >= 12, reasons
+    assert {"bad_signature", "bad_item", "bad_task", "bad_truncated"} <= reasons, reasons
 
 # ---------------------------------------------------------------- through the transports
 
 file_names = st.one_of(st.sampled_from(["a.json", "node-1.json", ".tmp1.tmp", "x.json.tmp", "..evil.json", "b c.json",
                                         "z.json"]), st.from_regex(r"[A-Za-z0-9_.\- ]{1,12}(\.json)?", fullmatch=True))
-payloads = st.one_of(st.binary(max_size=200), any_json.map(lambda o: json.dumps(o).encode()),
-                     near_valid_rollouts().map(lambda o: json.dumps(o).encode()))
+payloads = st.one_of(st.binary(max_size=200), any_json.map(dumps), near_valid_rollouts().map(dumps),
+                     valid_rollouts().map(encode_rollout))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(file_names, payloads, max_size=6))
 def test_folder_reader(files):
     with tempfile.TemporaryDirectory() as root:
-        t = FolderTransport(root, "fz", limits=LIMITS)
+        t = FolderTransport(root, "fz", limits=LIMITS, key_dir=KEYS)
+        (Path(root) / "fz/keys").mkdir(); (Path(root) / "fz/keys/node-1.pub").write_text(PUB + "\n")
         d = t.round_dir(3); d.mkdir()
         for name, data in files.items():
             try: (d / name).write_bytes(data)
@@ -180,18 +220,18 @@ def test_folder_reader(files):
         for _ in range(2):  # the second poll is served from the cache
             got = t.collect(3, exclude="a")
             for node in {g["node_id"] for g in got}:
-                assert (d / f"{node}.json").exists()  # the file name is the sender
+                assert node == "node-1" and (d / f"{node}.json").exists()  # the only registered sender
                 assert_valid([g for g in got if g["node_id"] == node], 3, expected_node=node)
             assert all(g["node_id"] != "a" for g in got)
         assert set(t.rejects) <= set(REJECT_REASONS)
-        assert all(n.endswith(".json") and not n.startswith(".") for n in (f"{p}.json" for p in t.peers()))
+        assert set(t.peers()) <= {"node-1"}
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(node_ids, st.one_of(payloads, any_json), max_size=6))
 def test_memory_reader(entries):
-    t = MemoryTransport({3: dict(entries)}, limits=LIMITS)
+    t = MemoryTransport({3: dict(entries), "keys": {"node-1": PUB}}, limits=LIMITS, experiment="fz", key_dir=KEYS)
     got = t.collect(3)
     for node in {g["node_id"] for g in got}:
-        assert isinstance(entries[node], bytes)
+        assert node == "node-1" and isinstance(entries[node], bytes)
         assert_valid([g for g in got if g["node_id"] == node], 3, expected_node=node)
