@@ -66,11 +66,8 @@ def make_config(name, a, node_id="node-0", root=None, **extra):
 
 
 def fill_pool(transport, r, groups, peers, G, seed):
-    "Publish round r's rollouts of `peers` simulated peers (the given groups, fresh random rewards)."
-    reward = spread_rewards(seed * 7919 + r)
-    for p in range(peers):
-        gs = [dict(g, rewards=reward(None, g["completions"])) for g in groups]
-        transport.publish(r, f"peer-{p:03d}", gs, G=G, model="bench")
+    "Publish round r's rollouts of `peers` simulated peers (the given groups; the receiver scores them itself)."
+    for p in range(peers): transport.publish(r, f"peer-{p:03d}", groups, G=G, model="bench")
 
 
 # ---------------------------------------------------------------- the plain way
@@ -135,6 +132,7 @@ def worker(a):
     torch.manual_seed(a.seed)
     name, variant = a.worker.split(":")
     root = tempfile.mkdtemp(prefix="sapo_rb_")
+    os.environ.setdefault("SAPO_KEY_DIR", os.path.join(root, "keys"))  # the simulated peers' keys stay with the run
     extra = dict(compute_dtype="float32") if variant in ("batched", "plain") else {}
     cfg = make_config(name, a, root=root, **extra)
     t0 = time.perf_counter()
@@ -153,8 +151,8 @@ def worker(a):
     warm = node.begin_round(0)
     texts = [[c or "0" for c in cs] for cs in warm["comps"].texts]  # an empty completion is never published
     peer_qs = TaskStream(cfg.mix, seed=a.seed, node_id="peers").next(max(cfg.external_questions, 1))
-    peer_groups = [dict(question=q["question"], answer=q.get("answer"), metadata=q.get("metadata", {}),
-                        completions=texts[i % len(texts)]) for i, q in enumerate(peer_qs)]
+    peer_groups = [dict(task=q["task"], item=q["item"], question=q["question"], completions=texts[i % len(texts)],
+                        truncated=[False] * G) for i, q in enumerate(peer_qs)]
     fill_pool(node.transport, 0, peer_groups, a.peers, G, a.seed)
     node.finish_round(warm)
     rows = []
@@ -173,7 +171,8 @@ def worker(a):
             node.transport._cache.clear() if hasattr(node.transport, "_cache") else None
             t = time.perf_counter(); cands = node._collect(r); tc = time.perf_counter() - t
             t = time.perf_counter()
-            ext, _ = select_external(cands, cfg.external_questions, node.strategy, node.reward_fn, round_rng(cfg.seed, r, cfg.node_id))
+            ext, _ = select_external(cands, cfg.external_questions, node.strategy, node.reward_fn, round_rng(cfg.seed, r, cfg.node_id),
+                                     mix=cfg.mix)
             ts = time.perf_counter() - t
             over[peers] = dict(collect=tc, select=ts, publish=out["seconds"]["publish"], groups=len(cands), selected=len(ext))
         out["overhead"] = over

@@ -89,9 +89,13 @@ class SAPOConfig:
     transport: str = _f("folder", "'folder' (shared folder), 'memory' (one process) or 'hivemind' (DHT)")
     initial_peers: tuple = _f((), "hivemind multiaddrs to bootstrap from; empty = start a new swarm")
     keep_rounds: int = _f(0, "pool retention: keep the last N rounds of rollouts (0 keeps all)")
-    max_completion_chars: int = _f(16384, "reject a received completion longer than this")
-    max_groups_per_file: int = _f(64, "reject a received rollout file with more groups")
-    max_file_bytes: int = _f(8_000_000, "reject a received rollout file larger than this")
+    max_completion_chars: int = _f(16384, "pool: reject a received completion longer than this (characters)")
+    max_question_chars: int = _f(4096, "pool: reject a received question longer than this (characters)")
+    max_groups_per_file: int = _f(64, "pool: reject a received rollout with more groups")
+    max_file_bytes: int = _f(8_000_000, "pool: reject a received rollout larger than this (bytes)")
+    max_files_per_round: int = _f(256, "pool: read at most this many senders' rollouts per round (a fair sample when more)")
+    max_bytes_per_round: int = _f(64_000_000, "pool: read at most this many bytes per round")
+    max_groups_per_round: int = _f(2048, "pool: take at most this many groups per round")
     # --- held-out evaluation
     eval_every: int = _f(10, "rounds between held-out evaluations (greedy pass@1 on the fixed evaluation set), also at round 0 and the last round; 0: never")
     eval_questions: int = _f(64, "size of the held-out evaluation set: the same questions for every node, configuration and seed")
@@ -125,6 +129,7 @@ _RULES = dict(
     wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0), eval_every=_int(0), 
     eval_questions=(lambda v: _int(1)[0](v) and v <= 4096, "a whole number in 1..4096"),
     max_completion_chars=_int(1), max_groups_per_file=_int(1), max_file_bytes=_int(1),
+    max_question_chars=_int(1), max_files_per_round=_int(1), max_bytes_per_round=_int(1), max_groups_per_round=_int(1),
     temperature=_num(0, lo_open=True), top_p=_num(0, 1, lo_open=True), learning_rate=_num(0, lo_open=True),
     weight_decay=_num(0), eps_low=_num(0, 1, hi_open=True), eps_high=_num(0), beta=_num(0),
     adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), wait_seconds=_num(0), adaptive_alpha=_num(0),
