@@ -104,10 +104,10 @@ def load_checkpoint(folder, model, optimizer) -> dict|None:
 # %% ../nbs/07_node.ipynb #996f3f94
 def open_transport(cfg:SAPOConfig):
     "The pool transport the config names, with its limits."
-    from sapo_nb.transport import make_transport
+    from dataclasses import fields
+    from sapo_nb.transport import make_transport, PoolLimits
     return make_transport(cfg.transport, root=cfg.root, experiment=cfg.experiment, initial_peers=cfg.initial_peers,
-                          max_completion_chars=cfg.max_completion_chars, max_groups_per_file=cfg.max_groups_per_file,
-                          max_file_bytes=cfg.max_file_bytes)
+                          **{f.name: getattr(cfg, f.name) for f in fields(PoolLimits)})
 
 def _peak_memory_mb(device) -> float:
     import resource, torch
@@ -196,8 +196,9 @@ def _begin_round(self:SwarmNode, r:int) -> dict:
     t = time.perf_counter()
     rewards = [self.reward_fn(q, c) for q, c in zip(questions, comps.texts)] if questions else []
     sec["reward"] = time.perf_counter() - t; t = time.perf_counter()
-    groups = [dict(question=q["question"], answer=q.get("answer"), metadata=q.get("metadata", {}), completions=c, rewards=rw)
-              for q, c, rw in zip(questions, comps.texts if comps else [], rewards)]
+    # what a peer needs to rebuild and score each group itself: the item, never our answer or our rewards
+    groups = [dict(task=q["task"], item=q["item"], question=q["question"], completions=c, truncated=tr)
+              for q, c, tr in zip(questions, comps.texts if comps else [], comps.truncated if comps else [])]
     if groups: self.transport.publish(r, cfg.node_id, groups, model=cfg.model)
     sec["publish"] = time.perf_counter() - t
     return dict(round=r, I=I, J=J, prompts=prompts, comps=comps, rewards=rewards, seconds=sec, busy=time.perf_counter() - t0)
@@ -214,15 +215,21 @@ def _finish_round(self:SwarmNode, state:dict) -> dict:
         nonlocal t
         now = time.perf_counter(); sec[name] = now - t; t = now
     candidates = self._collect(r) if reads_pool else []; lap("collect")
-    ext, info = select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id)) if reads_pool else ([], {})
+    ext, info = (select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id), mix=cfg.mix)
+                 if reads_pool else ([], {}))
     lap("select")
-    b_prompts = state["prompts"] + [self.format_prompt(tok, g) for g in ext]
+    base = self.evaluate() if r == 0 and cfg.eval_every else None  # the base policy, before its first update
+    b_prompts = state["prompts"] + [self.format_prompt(tok, g["entry"]) for g in ext]  # the question as we rebuilt it
     b_comps = (comps.texts if comps else []) + [g["completions"] for g in ext]
     b_rewards = local_rewards + [g["rewards"] for g in ext]
-    # external texts carry no "hit the length limit" flag: they are taken as finished (EOS appended)
-    b_ended = ([[not x for x in tr] for tr in comps.truncated] if comps else []) + [[True] * len(g["completions"]) for g in ext]
+    # a completion cut by the length limit (ours, or a peer's by its flag) gets no EOS: the policy is not taught to stop there
+    b_ended = [[not x for x in tr] for tr in (comps.truncated if comps else []) + [g["truncated"] for g in ext]]
     st = self.trainer.step(b_prompts, b_comps, b_rewards, b_ended) if b_prompts else {}
     lap("train")
+    due = cfg.eval_every and ((r + 1) % cfg.eval_every == 0 or r + 1 == cfg.rounds)
+    after = self.evaluate() if due else None  # after this round's update
+    lap("eval")
+    if base: sec["eval"] += base.seconds; sec["train"] -= base.seconds
     sec["encode"] = st.get("seconds_encode", 0.0); sec["train"] -= sec["encode"]  # re-encoding text, then the update
     sec["total"] = state["busy"] + time.perf_counter() - t0  # time this node worked on the round (not time spent waiting its turn)
     rl = [x for g in local_rewards for x in g]; re_ = [x for g in ext for x in g["rewards"]]
@@ -230,20 +237,32 @@ def _finish_round(self:SwarmNode, state:dict) -> dict:
                reward_local=_mean(rl), reward_external=_mean(re_), reward_train=_mean(rl + re_),
                frac_zero_std=st.get("frac_zero_std"), pool_available=len(candidates), pool_rejected=self.transport.rejected,  # counted by this node since it started
                pool_selected=len(ext), pool_peers=len({g["node_id"] for g in candidates}),
+               pool_unusable=sum(info.get("rejected", {}).values()),  # collected this round but not rebuildable or scorable
                loss=st.get("loss"), clip_frac=(st.get("clip_frac_low", 0) + st.get("clip_frac_high", 0)) if st else None,
                clip_frac_low=st.get("clip_frac_low"), clip_frac_high=st.get("clip_frac_high"), kl=st.get("kl"),
                entropy=st.get("entropy"), grad_norm=st.get("grad_norm"),
                tokens_generated=comps.total_tokens if comps else 0, tokens_trained=st.get("tokens_trained", 0),
                truncated=sum(map(sum, comps.truncated)) if comps else 0, seconds=sec,
-               peak_memory_mb=_peak_memory_mb(self.policy.device), time=time.time())
+               peak_memory_mb=_peak_memory_mb(self.policy.device), time=time.time(),
+               **(after.metrics() if after else {}), **({f"eval_base_{k[5:]}": v for k, v in base.metrics().items()} if base else {}))
     self.controller.update(reward_local=row["reward_local"], reward_pool=info.get("pool_reward"))
     return row
+
+def _evaluate(self:SwarmNode):
+    "Greedy pass@1 of the policy now on the held-out set (`tasks.eval_items`): an `EvalResult`."
+    from sapo_nb.evaluation import evaluate
+    from sapo_nb.tasks import eval_items
+    from sapo_nb.rewards import make_reward_fn
+    if getattr(self, "_eval_set", None) is None:
+        self._eval_set = eval_items(self.cfg.mix, self.cfg.eval_questions)
+        self._eval_reward = make_reward_fn(answer_fallback=self.cfg.answer_fallback, partial_credit=False)
+    return evaluate(self.policy, self._eval_set, self.format_prompt, self._eval_reward, self.cfg.max_new_tokens)
 
 def _run_round(self:SwarmNode, r:int) -> dict:
     "Run round `r` whole and return its metrics row."
     return self.finish_round(self.begin_round(r))
 
-SwarmNode.begin_round, SwarmNode.finish_round, SwarmNode.run_round = _begin_round, _finish_round, _run_round
+SwarmNode.begin_round, SwarmNode.finish_round, SwarmNode.run_round, SwarmNode.evaluate = _begin_round, _finish_round, _run_round, _evaluate
 
 # %% ../nbs/07_node.ipynb #cd284722
 def _state(self:SwarmNode) -> dict:
@@ -275,7 +294,7 @@ def _step(self:SwarmNode, state:dict|None=None) -> dict:
     row = self.run_round(r) if state is None else self.finish_round(state)
     append_metrics(metrics_path(self.cfg), row)
     if self.cfg.checkpoint_every and ((r + 1) % self.cfg.checkpoint_every == 0 or r + 1 == self.cfg.rounds): self._checkpoint(r)
-    if self.cfg.keep_rounds: self.transport.cleanup(keep_rounds=self.cfg.keep_rounds, current_round=r)
+    if self.cfg.keep_rounds: self.transport.cleanup(keep_rounds=self.cfg.keep_rounds, node_id=self.cfg.node_id, current_round=r)
     self.round = r + 1
     return row
 
