@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .node import read_metrics
+from .statistics import UNIT, base_rate, compare_by_seed, seeds_for_alpha, selection_artefact
 
 # %% auto #0
-__all__ = ['PHASES', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'find_runs', 'read_run_config',
-           'config_label', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes', 'config_order', 'resolve_config',
-           'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement', 'compare_configs',
-           'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average',
-           'fig_cumulative', 'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j', 'compare_with_paper',
-           'run_summary', 'write_report']
+__all__ = ['PHASES', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'SEED_METRICS', 'find_runs',
+           'read_run_config', 'config_label', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes',
+           'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement',
+           'compare_configs', 'artefact_at_base_rates', 'seed_comparison', 'effective_window', 'jump_round',
+           'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times',
+           'adaptive_agents', 'fig_adaptive_j', 'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/09_analysis.ipynb #5f6dd8a0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
@@ -319,6 +320,40 @@ def compare_configs(
     x, y = tot[tot.config == a].total, tot[tot.config == b].total
     return dict(config_a=a, config_b=b, mean_a=float(x.mean()), mean_b=float(y.mean()), **permutation_test(x, y, **kwargs))
 
+# %% ../nbs/09_analysis.ipynb #c8215251
+SEED_METRICS = (("eval_pass1", "final"), ("reward_local", "sum"), ("reward_train", "sum"))  # (column, `per_seed` summary)
+
+def artefact_at_base_rates(
+    df:pd.DataFrame, # from `load_runs`
+    first:int|None=None, # early rounds that estimate the base rate; None: 10% of the run, at most 10
+    rounds:int=1000, # rounds simulated per configuration
+    strategy="paper", # the selection rule simulated
+    seed:int=0, # random seed of the simulation
+) -> pd.DataFrame: # config, p, I, J, G, agents, artefact_pct
+    "Per configuration: its early base rate and the improvement the paper's metric shows at that rate when no node learns."
+    sh, p, rows = config_shapes(df), base_rate(df, first), []
+    for c in config_order(df):
+        I, J, G, n, pc = sh.I[c], sh.J[c], sh.G[c], int(sh.agents[c]), float(p.get(c, np.nan))
+        fixed = not sh.adaptive[c] and pd.notna(I) and pd.notna(J) and pd.notna(G) and I >= 1 and 0 < pc <= 1
+        art = (0.0 if J == 0 else selection_artefact(pc, int(I), int(J), G=int(G), nodes=n, rounds=rounds, strategy=strategy,
+                                                     seed=seed)) if fixed else np.nan
+        rows.append(dict(config=c, p=pc, I=I, J=J, G=G, agents=n, artefact_pct=art))
+    return pd.DataFrame(rows)
+
+def seed_comparison(
+    df:pd.DataFrame, # from `load_runs`
+    baseline:str|None=None, # the baseline configuration (name or 'I/J'); None: the one with J=0
+    metrics=SEED_METRICS, # columns, or (column, summary) pairs; see `statistics.per_seed`
+    **kwargs, # passed to `statistics.compare_by_seed` (alpha, effect, power, n_boot, n_perm, seed)
+) -> pd.DataFrame: # one row per metric and configuration: `compare_by_seed`'s fields
+    "Every configuration against the baseline on each metric, with the swarm run as the unit, paired by seed."
+    base, rows = resolve_config(df, baseline), []
+    for m in metrics:
+        metric, summary = (m, "sum") if isinstance(m, str) else m
+        if metric not in df.columns or df[metric].notna().sum() == 0: continue
+        rows += [compare_by_seed(df, metric, c, base, summary, **kwargs) for c in config_order(df) if c != base]
+    return pd.DataFrame(rows)
+
 # %% ../nbs/09_analysis.ipynb #f75ba326
 def effective_window(
     window:int, # the window asked for
@@ -431,6 +466,7 @@ def fig_moving_average(
 def fig_cumulative(
     df:pd.DataFrame, # from `load_runs`
     baseline:str|None=None, # the baseline configuration; None: the one with J=0
+    intervals:bool=True, # label each bar with `improvement`'s interval too (agent-level: optimistic)
     **kwargs, # passed to `improvement` (metric, n_boot, unit, ...)
 ):
     "Cumulative reward per configuration (mean over seeds), each bar labelled with its improvement over the baseline."
@@ -438,7 +474,7 @@ def fig_cumulative(
     imp, pal = improvement(df, baseline, **kwargs), _palette(config_order(df))
     per_run = cumulative_reward(df)
     lo = imp.config.map(per_run.groupby("config").cumulative_reward.min()); hi = imp.config.map(per_run.groupby("config").cumulative_reward.max())
-    text = ["baseline" if c == r.baseline else f"{r.improvement_pct:+.0f}%" + ("" if np.isnan(r.ci_low_pct) else f" [{r.ci_low_pct:+.0f}, {r.ci_high_pct:+.0f}]")
+    text = ["baseline" if c == r.baseline else f"{r.improvement_pct:+.0f}%" + ("" if not intervals or np.isnan(r.ci_low_pct) else f" [{r.ci_low_pct:+.0f}, {r.ci_high_pct:+.0f}]")
             for c, r in zip(imp.config, imp.itertuples())]
     fig = go.Figure(go.Bar(x=imp.config.astype(str), y=imp.cumulative_reward, text=text, textposition="outside",
                            marker_color=[pal[c] for c in imp.config],
@@ -527,6 +563,19 @@ def run_summary(df:pd.DataFrame) -> pd.DataFrame:
                   seconds_per_round=g.seconds_total.mean())
     return t.reindex(config_order(df)).reset_index(names="config")
 
+def _seed_table(sc:pd.DataFrame, alpha:float) -> pd.DataFrame:
+    "`seed_comparison` as the report prints it: intervals in brackets, and no p-value where the seeds cannot reach `alpha`."
+    ci = lambda v, lo, hi, f: "–" if pd.isna(v) else f(v) + ("" if pd.isna(lo) else f" [{f(lo)}, {f(hi)}]")
+    pct, num = lambda v: f"{v:+.1f}%", lambda v: f"{v:+.4g}"
+    return pd.DataFrame({
+        "metric": sc.metric + " (" + sc.summary + ")", "config": sc.config_a, "seeds": sc.seeds,
+        "mean": sc.mean_a, "baseline mean": sc.mean_b,
+        "improvement [95% CI]": [ci(r.rel_pct, r.rel_low_pct, r.rel_high_pct, pct) for r in sc.itertuples()],
+        "difference [95% CI]": [ci(r.diff, r.diff_low, r.diff_high, num) for r in sc.itertuples()],
+        "p (sign-flip)": ["–" if pd.isna(r.p_value) else f"{r.p_value:.3g}" if r.can_reject
+                          else f"n/a: min p {r.min_p:.3g} > {alpha:g}" for r in sc.itertuples()],
+        "seeds for +10%": sc.seeds_needed})
+
 def _table(t:pd.DataFrame) -> str:
     t = t.apply(lambda s: s.astype(float) if pd.api.types.is_extension_array_dtype(s) and pd.api.types.is_numeric_dtype(s) else s)
     return t.to_html(index=False, border=0, na_rep="–", float_format=lambda v: f"{v:.2f}" if abs(v) >= 10 else f"{v:.4g}")
@@ -539,6 +588,9 @@ def write_report(
     delta:float=0.1, # the rise that counts as an 'aha' jump
     aha_window:int=20, # the moving-average window of the aha detection
     n_boot:int=2000, # bootstrap resamples of the intervals
+    alpha:float=0.05, # the level of the tests and of the power statements
+    effect:float=0.10, # the relative effect the power statements are about
+    artefact_rounds:int=1000, # rounds of the no-learning simulation per configuration
 ) -> Path: # the HTML file written
     "Write a self-contained HTML report (tables and plotly figures, plotly.js inlined) of every run under `path`."
     from plotly.offline import get_plotlyjs
@@ -547,12 +599,18 @@ def write_report(
     out = Path(out_html) if out_html is not None else (path if path.is_dir() else path.parent) / "report.html"
     base = resolve_config(df, baseline)
     imp = improvement(df, base, n_boot=n_boot)
+    art = artefact_at_base_rates(df, rounds=artefact_rounds).set_index("config")
+    cum = imp[["config", "runs", "agents", "cumulative_reward", "improvement_pct", "cumulative_local", "local_improvement_pct"]].assign(
+        base_rate=imp.config.map(art.p), artefact_pct=imp.config.map(art.artefact_pct))
+    sc = seed_comparison(df, base, alpha=alpha, effect=effect, n_boot=n_boot)
+    cmp = compare_with_paper(df, base, n_boot=n_boot).drop(columns=["ours_ci_low_pct", "ours_ci_high_pct", "ours_p_value"])
+    cmp["ours_artefact_pct"] = cmp.ours_config.map(art.artefact_pct)
     aha = aha_rounds(df, delta=delta, window=aha_window)
     aha_sum = aha.groupby("config", sort=False).agg(agents=("node_id", "size"), jumped=("jump_round", "count"),
                                                    first_jump=("jump_round", "min"), median_lag=("lag", "median"),
                                                    max_lag=("lag", "max")).reset_index()
     figs = [("Learning curves (moving average)", fig_moving_average(df, window)), ("Raw reward per agent", fig_rewards(df)),
-            ("Cumulative reward", fig_cumulative(df, base, n_boot=n_boot)), ("Time per phase", fig_phase_times(df))]
+            ("Cumulative reward", fig_cumulative(df, base, intervals=False, n_boot=n_boot)), ("Time per phase", fig_phase_times(df))]
     if not adaptive_agents(df).empty: figs.append(("Adaptive J", fig_adaptive_j(df)))
     e = html.escape
     parts = [f"<h1>SAPO report</h1><p class='note'>{e(str(path.resolve()))} · {df.run.nunique()} runs · "
@@ -561,13 +619,25 @@ def write_report(
              f"<h2>Cumulative reward and improvement over {e(str(base))}</h2>",
              "<p class='note'><b>cumulative_reward</b> (the paper's metric): Σ over agents and rounds of the agent's mean "
              "reward over its training batch (local + external completions), averaged over runs. <b>cumulative_local</b>: the "
-             "same over the agent's own completions only. Improvement: ratio of mean per-agent cumulative rewards − 1; "
-             f"interval: bootstrap {n_boot}× over agents within runs (95%); p: permutation test against the baseline. "
-             "Agents of one swarm share rollouts and are not independent: read intervals and p-values as optimistic.</p>",
-             _table(imp.drop(columns="baseline")),
+             "same over the agent's own completions only. Improvement: ratio of mean per-agent cumulative rewards − 1. "
+             "<b>artefact_pct</b>: the improvement the paper's metric shows, with this configuration's I, J, G and nodes, when no "
+             "node learns and every completion is right with probability <b>base_rate</b> (the mean reward_local of the first "
+             "rounds): what the selection rule alone produces. Read improvement_pct beside it, not on its own.</p>",
+             _table(cum),
+             f"<h2>Statistics (unit: {e(UNIT)})</h2>",
+             "<p class='note'>Agents of one swarm train on the same shared groups and are not independent: the unit is the swarm "
+             "run, one number per seed, and configurations are compared on the seeds both ran. eval_pass1 (final): held-out greedy "
+             "pass@1 at each agent's last evaluation, mean over agents. reward_local / reward_train (sum): Σ over agents and rounds. "
+             f"Intervals: bootstrap {n_boot}× over seeds (percentile, 95%; too narrow with few seeds). p: paired sign-flip "
+             f"permutation test, two-sided, exact up to 13 seeds. With n seeds it cannot go below 2/2ⁿ, so fewer than "
+             f"{seeds_for_alpha(alpha)} seeds cannot reach {alpha:g}: such rows show n/a and the smallest possible p. "
+             f"Seeds for +{100 * effect:.0f}%: normal approximation of a paired t-test at 80% power from the between-seed sd of "
+             "the differences.</p>",
+             _table(_seed_table(sc, alpha)) if len(sc) else "<p>No configuration to compare with the baseline.</p>",
+             "<ul>" + "".join(f"<li><b>{e(r.metric)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>" for r in sc.itertuples()) + "</ul>",
              "<h2>Against the paper</h2><p class='note'>Matched by the share of external rollouts J/(I+J). Absolute "
              "cumulative rewards scale with agents × rounds and task difficulty; compare improvements and mean reward "
-             "per agent-round.</p>", _table(compare_with_paper(df, base, n_boot=n_boot)),
+             "per agent-round; ours_artefact_pct is the no-learning artefact at our base rate (see above).</p>", _table(cmp),
              f"<h2>Aha propagation</h2><p class='note'>Jump round: the first round t ≥ 2w−1 where an agent's {aha_window}-round "
              f"moving average (clipped to a quarter of the run) exceeds its value w rounds earlier by ≥ {delta}. Lag: rounds "
              "after the first agent of the same run jumped.</p>", _table(aha_sum)]

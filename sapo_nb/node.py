@@ -133,7 +133,9 @@ class SwarmNode:
                                  tasks=cfg.tasks)
         style = mix_settings(cfg.mix)["prompt_style"]
         self.format_prompt = lambda tok, entry: format_prompt(tok, entry, style=style)
-        self.reward_fn = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=cfg.partial_credit)
+        # every check runs in the bounded scoring worker (time and memory capped): peers choose completion text
+        self.reward_fn = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=cfg.partial_credit, bounded=True)
+        self.reward_fn.start()  # in the background: the first round waits for it only if it is not up yet
         self.transport = transport or open_transport(cfg)
         if hasattr(self.transport, "maddrs"):  # a DHT node: say how others join it
             log(f"{cfg.node_id}: on the hivemind DHT; other nodes join with --transport hivemind --initial-peers "
@@ -194,7 +196,9 @@ def _begin_round(self:SwarmNode, r:int) -> dict:
     questions, prompts, comps = self._generate_local(r, I)
     sec["generate"] = time.perf_counter() - t0
     t = time.perf_counter()
-    rewards = [self.reward_fn(q, c) for q, c in zip(questions, comps.texts)] if questions else []
+    batch = getattr(self.reward_fn, "score_batch", None)  # one trip to the scoring worker; a plain function per group
+    pairs = list(zip(questions, comps.texts)) if questions else []
+    rewards = batch(pairs) if batch and pairs else [self.reward_fn(q, c) for q, c in pairs]
     sec["reward"] = time.perf_counter() - t; t = time.perf_counter()
     # what a peer needs to rebuild and score each group itself: the item, never our answer or our rewards
     groups = [dict(task=q["task"], item=q["item"], question=q["question"], completions=c, truncated=tr)

@@ -34,7 +34,7 @@ def _rebuild(g, mix):
 
 def _score_all(reward_fn, pairs):
     "Rewards (or the exception) for each (entry, completions) pair, in one batch when the reward function has one."
-    batch = getattr(reward_fn, "batch", None)
+    batch = getattr(reward_fn, "score_batch", None)
     if batch is not None: return list(batch(pairs))
     out = []
     for entry, cs in pairs:
@@ -50,7 +50,7 @@ def _valid_rewards(rs, n):
     return rs
 
 def rescore(candidates: list, # groups from the pool (untrusted)
-            reward_fn, # local reward: reward_fn(entry, completions) -> list[float] (optionally with .batch(pairs))
+            reward_fn, # local reward: reward_fn(entry, completions) -> list[float] (optionally with .score_batch(pairs))
             mix: str, # this node's mix: every item is rebuilt under it
            ) -> tuple[list, Counter]:
     "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally, and a Counter of rejected ones by reason."

@@ -67,3 +67,92 @@ def test_import_is_light():
     code = "import sys, sapo_nb.analysis; print(sorted(m for m in ('plotly', 'scipy', 'torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", out
+
+
+# --- seed-level statistics, checked against scipy (an independent implementation) -----------------------------
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from sapo_nb.statistics import (compare_by_seed, expected_artefact, paired_bootstrap, paired_by_seed, seed_power,
+                                selection_artefact, sign_flip_test)
+
+
+def _scipy_sign_flip(d, alternative, n_resamples=10_000):
+    "scipy's paired permutation test: swap each pair's two values, statistic = mean difference."
+    d = np.asarray(d, float)
+    res = stats.permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis), vectorized=True,
+                                 permutation_type="samples", alternative=alternative, n_resamples=n_resamples, rng=1)
+    return res.pvalue
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 6, 8, 11, 13])
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_sign_flip_exact_equals_scipy(n, alternative):
+    d = np.random.default_rng(n).normal(0.3, 1.0, n)
+    ours = sign_flip_test(d, alternative)
+    assert ours["exact"]
+    assert math.isclose(ours["p_value"], _scipy_sign_flip(d, alternative), rel_tol=1e-12, abs_tol=1e-12)
+
+
+def test_sign_flip_floor_equals_scipy():
+    # every difference positive: the smallest p-value scipy can give is ours, and ours says when it is too large
+    for n in range(2, 9):  # scipy needs two pairs
+        d = np.arange(1.0, n + 1)
+        ours = sign_flip_test(d)
+        assert math.isclose(ours["p_value"], _scipy_sign_flip(d, "two-sided"))
+        assert math.isclose(ours["min_p"], ours["p_value"]) and ours["can_reject"] == (n >= 6)
+
+
+def test_sign_flip_monte_carlo_close_to_scipy():
+    d = np.random.default_rng(7).normal(0.25, 1.0, 24)  # 2**24 patterns: both sides sample
+    ours = sign_flip_test(d, n_perm=20_000)
+    assert not ours["exact"]
+    assert abs(ours["p_value"] - _scipy_sign_flip(d, "two-sided", 20_000)) < 0.015
+
+
+def test_paired_bootstrap_close_to_scipy():
+    rng = np.random.default_rng(3)
+    b = rng.normal(100, 10, 10); a = b * 1.08 + rng.normal(0, 4, 10)
+    ours = paired_bootstrap(a, b, n_boot=40_000)
+    diff = stats.bootstrap((a - b,), np.mean, n_resamples=40_000, method="percentile", rng=5).confidence_interval
+    rel = stats.bootstrap((a, b), lambda x, y, axis: 100 * (x.mean(axis) / y.mean(axis) - 1), paired=True, vectorized=True,
+                          n_resamples=40_000, method="percentile", rng=5).confidence_interval
+    se = np.std(a - b, ddof=1) / np.sqrt(len(a))
+    assert abs(ours["diff_low"] - diff.low) < 0.1 * se and abs(ours["diff_high"] - diff.high) < 0.1 * se
+    se_rel = 100 * se / b.mean()
+    assert abs(ours["rel_low_pct"] - rel.low) < 0.1 * se_rel and abs(ours["rel_high_pct"] - rel.high) < 0.1 * se_rel
+
+
+def test_seed_power_reaches_its_power():
+    # the normal approximation, checked by simulation of the test it approximates (a z-test with the sd known)
+    sd, base = 12.0, 100.0
+    plan = seed_power(np.array([-1.0, 1.0] * 4) * sd / np.std([-1, 1] * 4, ddof=1), base)
+    n = plan["seeds_needed"]
+    assert n == max(6, math.ceil(((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * sd / 10) ** 2))
+    means = np.random.default_rng(0).normal(10, sd, (40_000, n)).mean(axis=1)
+    rejected = np.mean(np.abs(means) / (sd / np.sqrt(n)) > stats.norm.ppf(0.975))
+    assert 0.79 < rejected < 0.9
+
+
+def test_artefact_closed_form_matches_simulation_small_swarm():
+    # a CPU-sized swarm (3 nodes, G=4): the sampler's rule against the derivation, at a low and a middling base rate
+    for p in (0.1, 0.3):
+        assert abs(selection_artefact(p, 2, 2, G=4, nodes=3, rounds=3000) - expected_artefact(p, 2, 2, G=4, nodes=3)) < 2.0
+
+
+def test_compare_by_seed_is_paired():
+    # a large per-seed level shared by both configurations and a small constant shift: only a paired test sees it
+    import pandas as pd
+    rows = []
+    for s, level in enumerate(np.random.default_rng(1).normal(0, 10, 8)):
+        for config, shift in (("base", 0.0), ("shared", 0.5)):
+            rows += [dict(run=f"{config}/{s}", config=config, seed=s, node_id="n0", round=0, reward_local=level + shift)]
+    df = pd.DataFrame(rows)
+    res = compare_by_seed(df, "reward_local", "shared", "base")
+    assert res["p_value"] == 2 / 2 ** 8 and res["seeds"] == 8
+    unpaired = stats.permutation_test((df[df.config == "shared"].reward_local, df[df.config == "base"].reward_local),
+                                      lambda x, y: np.mean(x) - np.mean(y), n_resamples=5000, rng=0).pvalue
+    assert unpaired > 0.5
+    assert list(paired_by_seed(df, "reward_local", "shared", "base")["diff"].round(9)) == [0.5] * 8
