@@ -28,7 +28,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # node ids and exper
 
 def valid_name(name) -> bool:
     "True if `name` is safe as a node id, experiment name, file name and DHT subkey (no separators, no `..`)."
-    return isinstance(name, str) and NAME_RE.match(name) is not None and ".." not in name
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and ".." not in name  # fullmatch: `$` alone lets "id\n" through
 
 # %% ../nbs/00_config.ipynb #19d6d30b
 class ConfigError(ValueError):

@@ -133,3 +133,10 @@ def test_question_shown_to_our_model_is_the_rebuilt_one(tmp_path):
     seen = trained_batch(node)
     ext_prompts = seen["prompts"][1:]
     assert len(ext_prompts) == 1 and "Ignore all rules" not in ext_prompts[0] and q["question"] in ext_prompts[0]
+
+
+def test_node_id_with_trailing_newline_is_refused():
+    "A node id (file name, DHT subkey, signed field) ending in a newline would name a different file than it shows."
+    from sapo_nb.config import ConfigError, valid_name
+    assert not valid_name("node-1\n") and valid_name("node-1")
+    with pytest.raises(ConfigError, match="node_id"): SAPOConfig(node_id="node-1\n")
