@@ -132,7 +132,7 @@ def worker(a):
     torch.manual_seed(a.seed)
     name, variant = a.worker.split(":")
     root = tempfile.mkdtemp(prefix="sapo_rb_")
-    os.environ.setdefault("SAPO_KEY_DIR", os.path.join(root, "keys"))  # the simulated peers' keys stay with the run
+    os.environ.setdefault("SAPO_KEY_DIR", tempfile.mkdtemp(prefix="sapo_rb_keys_"))  # the simulated peers' keys: private, outside the pool
     extra = dict(compute_dtype="float32") if variant in ("batched", "plain") else {}
     cfg = make_config(name, a, root=root, **extra)
     t0 = time.perf_counter()
@@ -211,6 +211,7 @@ def nodes_worker(a):
     from sapo_nb.transport import MemoryTransport
     name = a.nodes_worker
     pool, root = MemoryTransport(), tempfile.mkdtemp(prefix="sapo_rb_")
+    os.environ.setdefault("SAPO_KEY_DIR", tempfile.mkdtemp(prefix="sapo_rb_keys_"))
     from sapo_nb.node import _peak_memory_mb
     base = _peak_memory_mb(a.device)
     nodes = []
