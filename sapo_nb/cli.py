@@ -85,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     "The `sapo` command."
     args = _parser().parse_args(argv)
+    from sapo_nb.node import NodeRunning, CheckpointError  # light: torch is imported only when a node starts
     try:
         if args.command == "status":
             from sapo_nb.swarm import swarm_status, format_status
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
             _sigterm_as_interrupt()
             SwarmNode(cfg).run(); return 0
         return _swarm(cfg, args)
-    except ConfigError as e:
+    except (ConfigError, NodeRunning, CheckpointError) as e:  # a bad flag, a node id already running, no intact checkpoint
         print(f"sapo: {e}", file=sys.stderr); return 2
     except KeyboardInterrupt:
         print("sapo: stopped", file=sys.stderr); return 130

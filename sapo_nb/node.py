@@ -4,13 +4,15 @@
 
 # %% ../nbs/07_node.ipynb #c183dd6d
 from __future__ import annotations
-import json, math, os, random, shutil, time
+import hashlib, json, math, os, random, secrets, shutil, socket, stat, threading, time, weakref
 from pathlib import Path
-from .config import SAPOConfig
+from .config import SAPOConfig, ConfigError
 
 # %% auto #0
-__all__ = ['experiment_dir', 'metrics_path', 'checkpoint_dir', 'atomic_write', 'read_metrics', 'append_metrics',
-           'truncate_metrics', 'save_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode', 'progress_line']
+__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'experiment_dir', 'metrics_path',
+           'checkpoint_dir', 'atomic_write', 'read_metrics', 'append_metrics', 'truncate_metrics', 'NodeRunning',
+           'lease_path', 'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'verify_checkpoint',
+           'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError', 'progress_line']
 
 # %% ../nbs/07_node.ipynb #ba9ac1cd
 def experiment_dir(cfg:SAPOConfig) -> Path: return Path(cfg.root) / cfg.experiment
@@ -52,7 +54,138 @@ def truncate_metrics(path, last_round:int) -> int:
     if Path(path).exists(): atomic_write(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(keep)
 
+# %% ../nbs/07_node.ipynb #91950c0a
+LEASE_HEARTBEAT = 30.0  # seconds between a holder's heartbeats
+LEASE_STALE = 300.0     # a lease whose heartbeat is this old is taken over (at once when its pid is dead on this host)
+_LEASE_MAX_BYTES = 4096
+
+class NodeRunning(RuntimeError):
+    "The node id is already running on this pool, or its lease was taken over by another process."
+
+def lease_path(cfg:SAPOConfig) -> Path: return experiment_dir(cfg) / "locks" / f"{cfg.node_id}.lock"
+
+def read_lease(path) -> tuple:
+    "`(info, age_seconds)` of the lease at `path`; `(None, None)` when there is none. Malformed content reads as `{}`."
+    try: st = os.lstat(path)
+    except FileNotFoundError: return None, None
+    if not stat.S_ISREG(st.st_mode):  # planted by someone: never follow it, never take it over silently
+        raise NodeRunning(f"{path} is not a regular file; remove it by hand if no node of this id runs")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f: info = json.loads(f.read(_LEASE_MAX_BYTES))
+    except FileNotFoundError: return None, None
+    except (OSError, ValueError): info = {}  # being written right now, or junk: judged by its age alone
+    return (info if isinstance(info, dict) else {}), max(0.0, time.time() - st.st_mtime)
+
+class _LeaseState:
+    "What the heartbeat thread shares with its lease (not the lease itself, so that a dropped lease is freed)."
+    def __init__(self, path, token): self.path, self.token, self.stop, self.lost = path, token, threading.Event(), False
+
+_HELD = set()  # tokens of the leases this process holds
+
+def _pid_alive(pid) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+def _is_stale(info:dict, age:float, stale_after:float) -> bool:
+    if age > stale_after: return True
+    pid = info.get("pid")
+    if info.get("host") != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool): return False
+    if pid == os.getpid(): return info.get("token") not in _HELD  # ours, from a node object this process dropped
+    return pid > 1 and not _pid_alive(pid)
+
+def _write_lease(f, token:str):
+    f.seek(0); f.truncate()
+    f.write(json.dumps(dict(host=socket.gethostname(), pid=os.getpid(), token=token, heartbeat=time.time())).encode())
+    f.flush(); os.fsync(f.fileno())
+
+def _heartbeat(state:_LeaseState, every:float):
+    while not state.stop.wait(every):
+        try: info, _ = read_lease(state.path)
+        except NodeRunning: info = None  # replaced by a link or a folder: not ours any more
+        if not info or info.get("token") != state.token: state.lost = True; return
+        try:
+            with os.fdopen(os.open(state.path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as f: _write_lease(f, state.token)
+        except OSError: pass  # a full or flaky disk: the next heartbeat tries again
+
+def _release(state:_LeaseState, held=_HELD, read=read_lease, errors=(OSError, NodeRunning)):
+    "Stop the heartbeat and remove the lease if it is still ours (bound early: it may run while the interpreter exits)."
+    state.stop.set(); held.discard(state.token)
+    try:
+        info, _ = read(state.path)
+        if info and info.get("token") == state.token: state.path.unlink()
+    except errors: pass
+
+# %% ../nbs/07_node.ipynb #8595bacd
+class NodeLease:
+    "The exclusive right of one process to run node `cfg.node_id` on `cfg.root`: `acquire()`, then `release()`."
+    def __init__(self, cfg:SAPOConfig, stale_after:float=LEASE_STALE, heartbeat:float=LEASE_HEARTBEAT):
+        self.path, self.stale_after, self.heartbeat = lease_path(cfg), stale_after, heartbeat
+        self.node_id, self.where, self._state = cfg.node_id, experiment_dir(cfg), None
+
+    @property
+    def lost(self) -> bool: return bool(self._state and self._state.lost)
+
+    def acquire(self):
+        "Create the lease, or take over a stale one; raise `NodeRunning` when a live process holds it."
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(16)
+        _HELD.add(token)  # before the file exists: another thread of this process must never judge it dropped
+        try:
+            for _ in range(8):
+                try: fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+                except FileExistsError: pass
+                else:
+                    with os.fdopen(fd, "wb") as f: _write_lease(f, token)
+                    return self._hold(token)
+                info, age = read_lease(self.path)
+                if info is None: continue  # released between our two looks
+                if not _is_stale(info, age, self.stale_after): raise NodeRunning(self._held_message(info, age))
+                self._take_over(info)
+            raise NodeRunning(f"{self.node_id}: could not take the lease {self.path}; other processes keep claiming it")
+        except BaseException: _HELD.discard(token); raise
+
+    def _take_over(self, seen:dict):
+        "Remove the stale lease `seen`, under a guard file so that only one contender removes it."
+        guard = self.path.with_name(self.path.name + ".takeover")
+        try: os.close(os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+        except FileExistsError:
+            _, gage = read_lease(guard)
+            if gage is not None and gage > self.stale_after: guard.unlink(missing_ok=True)  # a contender died mid-takeover
+            else: time.sleep(0.05)
+            return
+        try:
+            info, age = read_lease(self.path)
+            if info == seen and _is_stale(info, age, self.stale_after): self.path.unlink(missing_ok=True)
+        finally: guard.unlink(missing_ok=True)
+
+    def _hold(self, token:str):
+        self._state = _LeaseState(self.path, token)
+        threading.Thread(target=_heartbeat, args=(self._state, self.heartbeat), daemon=True, name=f"lease-{self.node_id}").start()
+        self._finalizer = weakref.finalize(self, _release, self._state)  # a lease dropped without release() still goes
+        return self
+
+    def _held_message(self, info:dict, age:float) -> str:
+        who = f"host {info.get('host', '?')}, pid {info.get('pid', '?')}" if info else "a lease being written"
+        return (f"{self.node_id} is already running on {self.where} ({who}, heartbeat {age:.0f} s ago). Stop that node "
+                f"first, or start this one with another --node-id. The lease of a node that crashed is taken over "
+                f"after {self.stale_after:.0f} s (at once when its process is gone from this host).")
+
+    def release(self):
+        "Give the lease up (only if it is still ours)."
+        if self._state: self._finalizer()
+
 # %% ../nbs/07_node.ipynb #cc05a2cb
+class CheckpointError(ValueError):
+    "A checkpoint that is damaged or whose state is out of bounds; `load_checkpoint` then tries the previous one."
+
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "state.json")
+
+def _digest(path) -> dict:
+    with open(path, "rb") as f: return dict(bytes=os.fstat(f.fileno()).st_size, sha256=hashlib.file_digest(f, "sha256").hexdigest())
+
 def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=2) -> Path:
     "Write a complete checkpoint of round `round` under `folder` atomically; keep the newest `keep`."
     import torch
@@ -66,7 +199,7 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=2)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     rng = dict(torch=torch.get_rng_state().tolist(), python=list(random.getstate()[1]))
     (tmp / "state.json").write_text(json.dumps(dict(state, round=round, rng=rng)))
-    (tmp / "complete").write_text("ok")
+    atomic_write(tmp / "complete", json.dumps(dict(files={n: _digest(tmp / n) for n in CHECKPOINT_FILES})))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for old in sorted(_checkpoints(folder))[:-keep]: shutil.rmtree(folder / f"round_{old}", ignore_errors=True)
@@ -80,26 +213,59 @@ def _untie(tensors:dict) -> dict:
     return out
 
 def _checkpoints(folder) -> list:
-    "Rounds of the complete checkpoints in `folder`."
+    "Rounds of the checkpoints in `folder` that have a `complete` marker (verified only when loaded)."
     out = []
     for p in Path(folder).glob("round_*"):
         if (p / "complete").exists() and p.name[6:].isdigit(): out.append(int(p.name[6:]))
     return out
 
+def verify_checkpoint(ck) -> dict:
+    "The parsed `state.json` of checkpoint folder `ck`, after checking every file against its marker; else `CheckpointError`."
+    try: marker = json.loads((Path(ck) / "complete").read_text())
+    except (OSError, ValueError) as e: raise CheckpointError(f"{ck}: unreadable marker ({e})") from None
+    files = marker.get("files") if isinstance(marker, dict) else None
+    if not isinstance(files, dict) or set(files) != set(CHECKPOINT_FILES):
+        raise CheckpointError(f"{ck}: the marker does not list the checkpoint's files")
+    for name, want in files.items():
+        try: got = _digest(Path(ck) / name)
+        except OSError as e: raise CheckpointError(f"{ck}: {name} unreadable ({e.strerror or e})") from None
+        if got != want: raise CheckpointError(f"{ck}: {name} does not match its checksum ({got['bytes']} bytes, expected {want.get('bytes') if isinstance(want, dict) else '?'})")
+    try: state = json.loads((Path(ck) / "state.json").read_text())
+    except ValueError as e: raise CheckpointError(f"{ck}: state.json is not JSON ({e})") from None
+    _check_state(state)
+    return state
+
+def _check_state(state):
+    "Bounds of what `load_checkpoint` itself restores: the round and the RNG states."
+    import torch
+    def ok_ints(v, n, lo, hi): return isinstance(v, list) and len(v) == n and all(type(x) is int and lo <= x <= hi for x in v)
+    rng = state.get("rng") if isinstance(state, dict) else None
+    if not (isinstance(state, dict) and type(state.get("round")) is int and 0 <= state["round"] < 2**31):
+        raise CheckpointError("state.json: 'round' must be an integer in 0..2**31-1")
+    if not (isinstance(rng, dict) and ok_ints(rng.get("torch"), torch.get_rng_state().numel(), 0, 255)
+            and ok_ints(rng.get("python"), 625, 0, 2**32 - 1) and rng["python"][-1] <= 624):
+        raise CheckpointError("state.json: 'rng' is not a pair of valid generator states")
+
 # %% ../nbs/07_node.ipynb #4e4c8f02
-def load_checkpoint(folder, model, optimizer) -> dict|None:
-    "Restore the newest complete checkpoint in `folder` into `model` and `optimizer`; its state, or None."
+def load_checkpoint(folder, model, optimizer, check=None, log=print) -> dict|None:
+    "Restore the newest good checkpoint in `folder` into `model` and `optimizer` and return its state; None if there is none."
     import torch
     from safetensors.torch import load_file
-    rounds = _checkpoints(folder) if Path(folder).exists() else []
-    if not rounds: return None
-    ck = Path(folder) / f"round_{max(rounds)}"
-    model.load_state_dict(load_file(ck / "model.safetensors"), strict=False)
-    optimizer.load_state_dict(torch.load(ck / "optimizer.pt", weights_only=True))
-    state = json.loads((ck / "state.json").read_text())
-    torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
-    random.setstate((3, tuple(state["rng"]["python"]), None))
-    return state
+    rounds = sorted(_checkpoints(folder), reverse=True) if Path(folder).exists() else []
+    for r in rounds:
+        ck = Path(folder) / f"round_{r}"
+        try:
+            state = verify_checkpoint(ck)
+            if check: check(state)  # the caller's bounds; it raises CheckpointError, or refuses outright with another error
+            model.load_state_dict(load_file(ck / "model.safetensors"), strict=False)
+            optimizer.load_state_dict(torch.load(ck / "optimizer.pt", weights_only=True))
+        except CheckpointError as e:
+            log(f"checkpoint of round {r} skipped: {e}"); continue
+        torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
+        random.setstate((3, tuple(state["rng"]["python"]), None))
+        return state
+    if rounds: raise CheckpointError(f"{folder}: no checkpoint is intact ({len(rounds)} tried); move the folder away to start over")
+    return None
 
 # %% ../nbs/07_node.ipynb #996f3f94
 def open_transport(cfg:SAPOConfig):
@@ -269,21 +435,65 @@ def _run_round(self:SwarmNode, r:int) -> dict:
 SwarmNode.begin_round, SwarmNode.finish_round, SwarmNode.run_round, SwarmNode.evaluate = _begin_round, _finish_round, _run_round, _evaluate
 
 # %% ../nbs/07_node.ipynb #cd284722
+RESUME_FIXED = ("model", "mix", "tasks", "seed", "share_stream", "optimizer")  # a run's identity: refused if changed
+_CONTROLLER_FIELDS = ("local_questions", "external_questions", "adaptive", "adaptive_alpha", "adaptive_ema")
+
+class ResumeError(ConfigError):
+    "Resuming would continue a checkpoint under settings that change what it means."
+
 def _state(self:SwarmNode) -> dict:
-    return dict(questions_drawn=self.stream.drawn, controller=self.controller.to_dict())
+    return dict(questions_drawn=self.stream.drawn, stream=self.stream.position(), controller=self.controller.to_dict(),
+                config=self.cfg.to_dict())
+
+def _check_restored(self:SwarmNode, state:dict):
+    "Refuse a checkpoint of another run (`ResumeError`); reject out-of-bounds state (`CheckpointError`)."
+    old = state.get("config")
+    if isinstance(old, dict):
+        now = self.cfg.to_dict()
+        fixed = [k for k in RESUME_FIXED if k in old and old[k] != now[k]]
+        if fixed:
+            raise ResumeError(f"{self.cfg.node_id}: the checkpoint of round {state['round']} was trained with "
+                + ", ".join(f"{k}={old[k]!r}" for k in fixed) + "; this run asks for "
+                + ", ".join(f"{k}={now[k]!r}" for k in fixed) + ". Resume with the same values, or start a new run "
+                "(another --experiment or --root).")
+    if "stream" in state:
+        try: self.stream.__class__(self.stream.mix, self.stream.seed, self.stream.node_id, self.stream.share_stream,
+                                   self.cfg.tasks).restore(state["stream"])
+        except ValueError as e: raise CheckpointError(f"state.json: {e}") from None
+    else:  # a checkpoint from before stream positions: the stream is skipped question by question, so bound it
+        qd, total = state.get("questions_drawn"), self.cfg.local_questions + self.cfg.external_questions
+        if not (type(qd) is int and 0 <= qd <= (state["round"] + 1) * max(total, 64)):
+            raise CheckpointError(f"state.json: questions_drawn={qd!r} is impossible by round {state['round']}")
+    from sapo_nb.sampler import controller_from_dict
+    try: controller_from_dict(state.get("controller"))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise CheckpointError(f"state.json: bad controller state ({type(e).__name__}: {e})") from None
+
+def _apply_changes(self:SwarmNode, state:dict):
+    "Take the checkpoint's controller unless its settings changed; apply changed optimizer settings; log what changed."
+    from sapo_nb.sampler import controller_from_dict
+    old, now = state.get("config") or {}, self.cfg.to_dict()
+    changed = {k: (old[k], now[k]) for k in now if k in old and old[k] != now[k]}
+    if not any(k in changed for k in _CONTROLLER_FIELDS): self.controller = controller_from_dict(state["controller"])
+    for g in self.trainer.opt.param_groups: g["lr"], g["weight_decay"] = self.cfg.learning_rate, self.cfg.weight_decay
+    if changed:
+        self.log(f"{self.cfg.node_id}: resumed with changed settings, applied from round {state['round'] + 1}: "
+                 + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items())))
 
 def _resume(self:SwarmNode, join_current:bool=False) -> int:
-    "Restore the newest checkpoint (or pick the start round) and align the metrics file; the next round to run."
-    st = load_checkpoint(checkpoint_dir(self.cfg), self.policy.model, self.trainer.opt)
+    "Take the node's lease, restore the newest good checkpoint (or pick the start round), align the metrics; the next round."
+    if getattr(self, "lease", None) is None: self.lease = NodeLease(self.cfg).acquire()
+    st = load_checkpoint(checkpoint_dir(self.cfg), self.policy.model, self.trainer.opt,
+                         check=self._check_restored, log=self.log)
     if st is None:
         rows = read_metrics(metrics_path(self.cfg))
         if rows:  # rounds ran but none was checkpointed: start over, cleanly
             truncate_metrics(metrics_path(self.cfg), -1)
         self.round = max(self.transport._rounds(), default=0) if join_current else 0
         return self.round
-    from sapo_nb.sampler import controller_from_dict
-    self.controller = controller_from_dict(st["controller"])
-    self.stream.skip(st["questions_drawn"])
+    self._apply_changes(st)
+    if "stream" in st: self.stream.restore(st["stream"])
+    else: self.stream.skip(st["questions_drawn"])
     truncate_metrics(metrics_path(self.cfg), st["round"])
     self.round = st["round"] + 1
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
@@ -292,9 +502,16 @@ def _resume(self:SwarmNode, join_current:bool=False) -> int:
 def _checkpoint(self:SwarmNode, r:int):
     save_checkpoint(checkpoint_dir(self.cfg), r, self.policy.model, self.trainer.opt, self._state())
 
+def _close(self:SwarmNode):
+    "Give up the node's lease (it also goes when the node is dropped); the scoring worker is shared by the process and stays."
+    if getattr(self, "lease", None) is not None: self.lease.release(); self.lease = None
+
 def _step(self:SwarmNode, state:dict|None=None) -> dict:
     "Run the next round (or finish the one `begin_round` started): metrics row appended, checkpoint when due."
     r = self.round
+    if getattr(self, "lease", None) is not None and self.lease.lost:
+        raise NodeRunning(f"{self.cfg.node_id}: another process took over this node's lease (this one stalled for over "
+                          f"{self.lease.stale_after:.0f} s); stopping before round {r} so that the two do not both run it")
     row = self.run_round(r) if state is None else self.finish_round(state)
     append_metrics(metrics_path(self.cfg), row)
     if self.cfg.checkpoint_every and ((r + 1) % self.cfg.checkpoint_every == 0 or r + 1 == self.cfg.rounds): self._checkpoint(r)
@@ -304,12 +521,14 @@ def _step(self:SwarmNode, state:dict|None=None) -> dict:
 
 def _run(self:SwarmNode, join_current:bool=False, on_round=None) -> int:
     "Resume if possible, then run rounds until `cfg.rounds`; `on_round(row)` is called after each. Returns rounds run."
-    self.resume(join_current)
-    n = 0
-    while self.round < self.cfg.rounds:
-        row = self.step(); n += 1
-        (on_round or self._progress)(row)
-    return n
+    try:
+        self.resume(join_current)
+        n = 0
+        while self.round < self.cfg.rounds:
+            row = self.step(); n += 1
+            (on_round or self._progress)(row)
+        return n
+    finally: self.close()
 
 def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
     "One line of progress for a metrics row; the ETA uses `wall_per_round` (seconds between rows) when known."
@@ -322,5 +541,6 @@ def _progress(self:SwarmNode, row:dict):
     last, self._last_row_time = getattr(self, "_last_row_time", None), row["time"]
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
 
-SwarmNode._state, SwarmNode.resume, SwarmNode._checkpoint = _state, _resume, _checkpoint
+SwarmNode._state, SwarmNode.resume, SwarmNode._checkpoint, SwarmNode.close = _state, _resume, _checkpoint, _close
+SwarmNode._check_restored, SwarmNode._apply_changes = _check_restored, _apply_changes
 SwarmNode.step, SwarmNode.run, SwarmNode._progress = _step, _run, _progress

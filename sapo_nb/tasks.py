@@ -155,6 +155,33 @@ class TaskStream:
     def __repr__(self): return (f"TaskStream(mix={self.mix!r}, seed={self.seed!r}, node_id={self.node_id!r}, "
                                 f"share_stream={self.share_stream!r}, drawn={self.drawn})")
 
+# %% ../nbs/01_tasks.ipynb #48bab746
+def _position(self:TaskStream) -> dict:
+    "Where the stream stands, as plain JSON numbers: what `restore` needs to continue it exactly."
+    return dict(drawn=self.drawn, dropped=self.dropped, rng=list(self._rng.getstate()[1]),
+                chunk=list(self._chunk), pos=list(self._pos))
+
+def _restore(self:TaskStream, position:dict):
+    "Continue from `position` (from `position()` of a stream with the same mix, seed, node and tasks); checked first."
+    def ints(key, n, lo, hi):
+        v = position.get(key) if isinstance(position, dict) else None
+        if not (isinstance(v, list) and len(v) == n and all(type(x) is int and lo <= x <= hi for x in v)):
+            raise ValueError(f"stream position: {key!r} must be a list of {n} integers in {lo}..{hi}")
+        return v
+    chunk, pos = ints("chunk", len(self.components), 0, 2**40), ints("pos", len(self.components), 0, self.chunk_size)
+    state = ints("rng", 625, 0, 2**32 - 1)
+    if state[-1] > 624: raise ValueError("stream position: 'rng' is not a Mersenne Twister state")
+    drawn, dropped = position.get("drawn"), position.get("dropped")
+    if not all(type(x) is int and x >= 0 for x in (drawn, dropped)):
+        raise ValueError("stream position: 'drawn' and 'dropped' must be integers >= 0")
+    self._rng.setstate((3, tuple(state), None))
+    n = len(self.components)
+    self._chunk, self._pos, self._data, self._seeds = list(chunk), list(pos), [None] * n, [None] * n  # data regenerated on use
+    self.drawn, self.dropped = drawn, dropped
+    return self
+
+TaskStream.position, TaskStream.restore = _position, _restore
+
 # %% ../nbs/01_tasks.ipynb #09f94489
 class ItemError(ValueError):
     "An item this node cannot rebuild under its own mix; `reason` is a stable name (`unknown_task`, `bad_item`)."

@@ -1,0 +1,147 @@
+"""The hostile-ground suite for a node's own files: one named test per attack or accident, each failing without its defence.
+
+A node's lease, checkpoints and metrics live under the pool root, which may be a folder that other people and
+other machines write to (a shared Drive). Here a second process starts the same node id, a checkpoint is cut short
+or edited, and a run is resumed with other settings. Every test runs the tiny random model in seconds.
+"""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sapo_nb.config import SAPOConfig
+from sapo_nb.node import (SwarmNode, NodeLease, NodeRunning, ResumeError, CheckpointError, checkpoint_dir, lease_path,
+                          metrics_path, read_metrics, _digest)
+from sapo_nb.transport import MemoryTransport
+
+
+@pytest.fixture(autouse=True)
+def keys(tmp_path_factory, monkeypatch):
+    "Every test gets its own key folder (never the user's real keys)."
+    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+
+
+def tiny(root, **kw):
+    return SAPOConfig(**{**dict(model="tiny", mix="quick", root=str(root), node_id="node-0", local_questions=2,
+                                external_questions=0, completions_per_question=3, max_new_tokens=6, rounds=3,
+                                checkpoint_every=1, learning_rate=1e-3, transport="memory", eval_every=0), **kw})
+
+
+def node(cfg, said=None):
+    return SwarmNode(cfg, transport=MemoryTransport(), log=(said.append if said is not None else lambda *_: None))
+
+
+def test_duplicate_node_id_refused(tmp_path):
+    "The same node id started twice on one root: the second refuses, naming who runs it; rows are not interleaved."
+    cfg = tiny(tmp_path)
+    first = node(cfg); first.resume()
+    with pytest.raises(NodeRunning, match="node-0 is already running"): node(cfg).resume()
+    first.close()
+    second = node(cfg); test_rounds = second.run()
+    assert test_rounds == 3 and [r["round"] for r in read_metrics(metrics_path(cfg))] == [0, 1, 2]
+
+
+def test_duplicate_node_id_in_another_process_refused_until_it_dies(tmp_path):
+    "A node id held by a live process elsewhere is refused; once that process is killed, its lease is taken over at once."
+    cfg = tiny(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c",
+        "import sys, time; from sapo_nb.config import SAPOConfig; from sapo_nb.node import NodeLease; "
+        f"lease = NodeLease(SAPOConfig(root={str(tmp_path)!r}, node_id='node-0')).acquire(); print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(NodeRunning, match=f"pid {holder.pid}"): NodeLease(cfg).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL); holder.wait()
+    NodeLease(cfg).acquire().release()  # SIGKILL left the file behind; its pid is gone, so it is taken over
+
+
+def test_planted_lease_link_refused(tmp_path):
+    "A lease path planted as a symlink is never followed or written through."
+    cfg = tiny(tmp_path)
+    target = tmp_path / "victim.txt"; target.write_text("precious")
+    lease_path(cfg).parent.mkdir(parents=True); lease_path(cfg).symlink_to(target)
+    with pytest.raises(NodeRunning, match="not a regular file"): NodeLease(cfg).acquire()
+    assert target.read_text() == "precious"
+
+
+def _checkpointed(tmp_path, rounds=3, **kw):
+    "A node that ran `rounds` rounds with a checkpoint after each (the newest two kept)."
+    cfg = tiny(tmp_path, rounds=rounds, **kw)
+    node(cfg).run()
+    return cfg
+
+
+def _rewrite_state(ck:Path, **changes):
+    "Edit a checkpoint's state.json and fix its checksum, as someone with write access to the folder could."
+    st = json.loads((ck / "state.json").read_text()); st.update(changes)
+    (ck / "state.json").write_text(json.dumps(st))
+    marker = json.loads((ck / "complete").read_text()); marker["files"]["state.json"] = _digest(ck / "state.json")
+    (ck / "complete").write_text(json.dumps(marker))
+
+
+def test_truncated_newest_checkpoint_falls_back(tmp_path):
+    "The newest checkpoint's weights cut short: resume takes the previous good checkpoint instead of failing."
+    cfg = _checkpointed(tmp_path)
+    f = checkpoint_dir(cfg) / "round_2" / "model.safetensors"; f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    said = []
+    n = node(cfg.replace(rounds=4), said)
+    assert n.resume() == 2  # round 1's checkpoint
+    assert any("round 2 skipped" in s and "checksum" in s for s in said), said
+    assert [r["round"] for r in read_metrics(metrics_path(cfg))] == [0, 1]
+    n.close()
+
+
+def test_absurd_questions_drawn_does_not_hang(tmp_path):
+    "`questions_drawn=1e12` in state.json (checksum fixed up): resume is immediate, not a trillion generated questions."
+    cfg = _checkpointed(tmp_path)
+    ck = checkpoint_dir(cfg) / "round_2"
+    _rewrite_state(ck, questions_drawn=10**12)
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("resume hung")))
+    signal.alarm(60)
+    try:
+        n = node(cfg.replace(rounds=4)); t = time.perf_counter(); assert n.resume() == 3
+        assert time.perf_counter() - t < 30
+    finally: signal.alarm(0)
+    n.close()
+
+
+def test_out_of_bounds_state_falls_back(tmp_path):
+    "A stream position or RNG state out of range in the newest checkpoint: it is skipped for the previous one."
+    cfg = _checkpointed(tmp_path)
+    ck = checkpoint_dir(cfg) / "round_2"
+    st = json.loads((ck / "state.json").read_text())
+    _rewrite_state(ck, stream=dict(st["stream"], pos=[10**9] * len(st["stream"]["pos"])))
+    said = []
+    n = node(cfg.replace(rounds=4), said); assert n.resume() == 2
+    assert any("stream position" in s for s in said), said
+    n.close()
+    _rewrite_state(checkpoint_dir(cfg) / "round_1", rng=dict(torch=[0], python=[0]))
+    with pytest.raises(CheckpointError, match="no checkpoint is intact"): node(cfg.replace(rounds=4)).resume()
+
+
+def test_resume_with_changed_mix_refused(tmp_path):
+    "Resuming a checkpoint with another mix (what the weights and the stream mean) is refused with a message."
+    cfg = _checkpointed(tmp_path, rounds=2)
+    with pytest.raises(ResumeError, match="mix='quick'.*this run asks for mix='paper'"):
+        node(cfg.replace(mix="paper", rounds=4)).resume()
+
+
+def test_resume_with_changed_ij_applied(tmp_path):
+    "Resuming with other I/J flags: the new ones are used from the next round and the log says so."
+    cfg = _checkpointed(tmp_path, rounds=2, local_questions=2, external_questions=0)
+    said = []
+    n = node(cfg.replace(rounds=3, local_questions=3), said)
+    n.run()
+    rows = read_metrics(metrics_path(cfg))
+    assert [(r["round"], r["I"]) for r in rows] == [(0, 2), (1, 2), (2, 3)]
+    assert any("local_questions 2 -> 3" in s for s in said), said
+
+
+def test_resume_with_changed_learning_rate_applied(tmp_path):
+    "The restored optimizer state carries the old learning rate; the one asked for now is what trains."
+    cfg = _checkpointed(tmp_path, rounds=2)
+    n = node(cfg.replace(rounds=3, learning_rate=5e-5)); n.resume()
+    assert [g["lr"] for g in n.trainer.opt.param_groups] == [5e-5] * len(n.trainer.opt.param_groups)
+    n.close()
