@@ -18,7 +18,7 @@ CHOICES = dict(
     loss_norm=("token", "sequence", "dr_grpo"),
     selection=("paper", "uniform", "top_reward", "first"),
     wait_policy=("none", "wait"),
-    adaptive=("off", "gradient", "bandit"),
+    adaptive=("off", "thesis", "gradient", "bandit"),
     transport=("folder", "memory", "hivemind"),
     device=("auto", "cpu", "cuda"),
     dtype=("auto", "float32", "bfloat16", "float16"),
@@ -83,9 +83,9 @@ class SAPOConfig:
     wait_seconds: float = _f(30.0, "longest wait for peers in a round (wait_policy='wait')")
     wait_peers: int = _f(1, "peers whose rollouts of the same round to wait for (wait_policy='wait')")
     max_staleness: int = _f(0, "also accept rollouts up to this many rounds old")
-    adaptive: str = _f("off", "adapt J each round with I+J fixed: 'off', 'gradient' (thesis rule) or 'bandit'")
-    adaptive_alpha: float = _f(2.0, "step size alpha of the gradient rule J <- clip(J + alpha (r - baseline))")
-    adaptive_ema: float = _f(0.9, "EMA factor of the adaptive baseline")
+    adaptive: str = _f("off", "adapt J each round with I+J fixed and I >= 1: 'off', 'thesis' (J += alpha (pool - local)), 'gradient' (the same with an EMA baseline) or 'bandit'")
+    adaptive_alpha: float = _f(1.0, "step size alpha of 'thesis' and 'gradient', in groups per unit of reward gap: 1 moves J one group in ~10 rounds of a 0.1 gap; 'thesis' as proposed: 0.05-0.2 (slow), 'gradient': 0.5-2")
+    adaptive_ema: float = _f(0.9, "EMA factor beta of the 'gradient' rule's baseline")
     transport: str = _f("folder", "'folder' (shared folder), 'memory' (one process) or 'hivemind' (DHT)")
     initial_peers: tuple = _f((), "hivemind multiaddrs to bootstrap from; empty = start a new swarm")
     keep_rounds: int = _f(0, "pool retention: keep the last N rounds of rollouts (0 keeps all)")

@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging, math, random
 from collections import Counter
 from dataclasses import dataclass, field, asdict
+from .config import SAPOConfig
 
 # %% auto #0
 __all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'ADAPTIVE', 'rescore', 'has_spread', 'paper', 'uniform', 'top_reward',
-           'first', 'get_strategy', 'round_rng', 'select_external', 'FixedIJ', 'GradientIJ', 'BanditIJ',
+           'first', 'get_strategy', 'round_rng', 'select_external', 'FixedIJ', 'ThesisIJ', 'GradientIJ', 'BanditIJ',
            'make_controller', 'controller_from_dict']
 
 # %% ../nbs/06_sampler.ipynb #8a65b12d
@@ -149,9 +150,23 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
 # %% ../nbs/06_sampler.ipynb #eba8909a
 def _round_half_up(x: float) -> int: return int(math.floor(x + 0.5))
 
+def _j_max(total: int) -> int:
+    "The largest J an adaptive controller uses: I + J - 1, so that I >= 1 (J = 0 when I + J = 1)."
+    return max(total - 1, 0)
+
+def _check_total(total):
+    if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+        raise ValueError(f"total must be a whole number I + J >= 1, got {total!r}")
+
+def _advantage(reward_local, reward_pool, signal) -> float|None:
+    "`signal` if given, else reward_pool - reward_local; None when a term is missing or the result is not finite."
+    if signal is None and (reward_local is None or reward_pool is None): return None
+    r = float(signal if signal is not None else reward_pool - reward_local)
+    return r if math.isfinite(r) else None
+
 @dataclass
 class FixedIJ:
-    "No adaptation: the configured I/J every round."
+    "No adaptation: the configured I/J every round (I = 0 allowed: nothing is steered)."
     total: int = 8 # I + J
     J: int = 4
     kind = "off"
@@ -160,37 +175,61 @@ class FixedIJ:
     def update(self, reward_local=None, reward_pool=None, signal=None) -> tuple[int, int]: return self.ij
     def to_dict(self) -> dict: return {"kind": self.kind, **asdict(self)}
 
+class _StepJ:
+    "What the two step rules share: J is a float kept in [0, I+J-1] (so I >= 1), rounded half-up when used."
+    def __post_init__(self): _check_total(self.total); self.J = self._clip(self.J)
+    def _clip(self, j) -> float: return min(max(float(j), 0.0), float(_j_max(self.total)))
+    @property
+    def ij(self) -> tuple[int, int]:
+        j = _round_half_up(self.J)
+        return self.total - j, j
+    def to_dict(self) -> dict: return {"kind": self.kind, **asdict(self)}
+
+# %% ../nbs/06_sampler.ipynb #116a5363
 @dataclass
-class GradientIJ:
-    "The thesis proposal's rule: J += alpha * (r - EMA baseline), clipped to [0, I+J]; r = reward_pool - reward_local."
+class ThesisIJ(_StepJ):
+    "The thesis proposal's rule as written: J += alpha * (reward_pool - reward_local), J kept in [0, I+J-1]."
     total: int = 8 # I + J, fixed
     J: float = 4.0 # kept as a float; `ij` rounds it half-up
-    alpha: float = 1.0 # step size (groups per unit of reward)
-    ema: float = 0.9 # baseline decay beta
+    alpha: float = SAPOConfig.adaptive_alpha # groups per unit of advantage per round (the thesis: 0.05-0.2)
+    steps: int = 0
+    kind = "thesis"
+
+    def update(self, reward_local: float|None=None, # mean reward of our local completions this round
+               reward_pool: float|None=None, # mean locally re-scored reward over the pool (select_external's info)
+               signal: float|None=None, # use this advantage instead of reward_pool - reward_local
+              ) -> tuple[int, int]:
+        "Move J by alpha times the advantage; returns the (I, J) to use next round. No advantage this round: no move."
+        r = _advantage(reward_local, reward_pool, signal)
+        if r is None: return self.ij
+        self.J = self._clip(self.J + self.alpha * r)
+        self.steps += 1
+        return self.ij
+
+# %% ../nbs/06_sampler.ipynb #d202d4c1
+@dataclass
+class GradientIJ(_StepJ):
+    "The thesis rule with an EMA baseline: J += alpha * (r - b), J kept in [0, I+J-1]; r = reward_pool - reward_local."
+    total: int = 8 # I + J, fixed
+    J: float = 4.0 # kept as a float; `ij` rounds it half-up
+    alpha: float = SAPOConfig.adaptive_alpha # step size (groups per unit of reward)
+    ema: float = SAPOConfig.adaptive_ema # baseline decay beta
     baseline: float|None = 0.0 # None: start at the first signal
     steps: int = 0
     kind = "gradient"
-
-    @property
-    def ij(self) -> tuple[int, int]:
-        j = min(max(_round_half_up(self.J), 0), self.total)
-        return self.total - j, j
 
     def update(self, reward_local: float|None=None, # mean reward of our local completions this round
                reward_pool: float|None=None, # mean locally re-scored reward over the pool (select_external's info)
                signal: float|None=None, # use this r instead of reward_pool - reward_local
               ) -> tuple[int, int]:
-        "Move J by one step; returns the (I, J) to use next round. No signal (None or not finite): no move."
-        r = signal if signal is not None else (reward_pool - reward_local
-                                               if reward_pool is not None and reward_local is not None else None)
-        if r is None or not math.isfinite(r): return self.ij
-        if self.baseline is None: self.baseline = float(r)
-        self.J = min(max(self.J + self.alpha * (r - self.baseline), 0.0), float(self.total))
+        "Move J by one step; returns the (I, J) to use next round. No signal (a term missing, or not finite): no move."
+        r = _advantage(reward_local, reward_pool, signal)
+        if r is None: return self.ij
+        if self.baseline is None: self.baseline = r
+        self.J = self._clip(self.J + self.alpha * (r - self.baseline))
         self.baseline = self.ema * self.baseline + (1 - self.ema) * r
         self.steps += 1
         return self.ij
-
-    def to_dict(self) -> dict: return {"kind": self.kind, **asdict(self)}
 
 # %% ../nbs/06_sampler.ipynb #941dc6ec
 @dataclass
@@ -200,7 +239,7 @@ class BanditIJ:
     J: int = 4 # arm in use now (snapped to the nearest arm)
     discount: float = 0.98 # per-round decay of the evidence (gamma)
     explore: float = 0.1 # UCB bonus scale, in reward units (about the noise of a round-to-round change)
-    arms: list|None = None # J values; default 5 values spanning 0..total
+    arms: list|None = None # J values in 0..total-1 (I >= 1); default every (total//4)-th value
     counts: list = field(default_factory=list) # discounted plays per arm
     sums: list = field(default_factory=list) # discounted reward per arm
     prev_J: int|None = None # arm used in the previous round (credited with this round's improvement)
@@ -209,12 +248,12 @@ class BanditIJ:
     kind = "bandit"
 
     def __post_init__(self):
-        if self.arms is None:
-            step = max(1, self.total // 4)
-            self.arms = sorted(set(range(0, self.total + 1, step)) | {self.total})
+        _check_total(self.total)
+        top = _j_max(self.total)
+        if self.arms is None: self.arms = list(range(0, top + 1, max(1, self.total // 4)))
         self.arms = [int(a) for a in self.arms]
-        if not self.arms or any(not 0 <= a <= self.total for a in self.arms):
-            raise ValueError(f"arms must be J values in 0..{self.total}, got {self.arms}")
+        if not self.arms or any(not 0 <= a <= top for a in self.arms):
+            raise ValueError(f"arms must be J values in 0..{top} (I + J - 1: I >= 1), got {self.arms}")
         if not self.counts: self.counts, self.sums = [0.0] * len(self.arms), [0.0] * len(self.arms)
         self.J = min(self.arms, key=lambda a: (abs(a - self.J), a))
 
@@ -236,7 +275,9 @@ class BanditIJ:
               ) -> tuple[int, int]:
         "Credit the improvement to the previous round's J and choose the next; returns the (I, J) for next round."
         r = signal if signal is not None else reward_local
-        if r is None or not math.isfinite(r): return self.ij
+        if r is None or not math.isfinite(r):
+            self.last_reward = None  # the chain of differences is broken: the next reward starts a new one
+            return self.ij
         if self.last_reward is not None and self.prev_J in self.arms:
             self.counts = [c * self.discount for c in self.counts]
             self.sums = [s * self.discount for s in self.sums]
@@ -250,24 +291,34 @@ class BanditIJ:
     def to_dict(self) -> dict: return {"kind": self.kind, **asdict(self)}
 
 # %% ../nbs/06_sampler.ipynb #0df1670b
-ADAPTIVE = {"off": FixedIJ, "gradient": GradientIJ, "bandit": BanditIJ}
+ADAPTIVE = {"off": FixedIJ, "thesis": ThesisIJ, "gradient": GradientIJ, "bandit": BanditIJ}
 
-def make_controller(adaptive: str="off", # 'off' | 'gradient' | 'bandit'
-                    local_questions: int=4, # I at the start
-                    external_questions: int=4, # J at the start
-                    adaptive_alpha: float=1.0, # gradient rule step size
-                    adaptive_ema: float=0.9, # gradient rule baseline decay
+def make_controller(adaptive: str=SAPOConfig.adaptive, # 'off' | 'thesis' | 'gradient' | 'bandit'
+                    local_questions: int=SAPOConfig.local_questions, # I at the start (adaptive modes: at least 1)
+                    external_questions: int=SAPOConfig.external_questions, # J at the start
+                    adaptive_alpha: float=SAPOConfig.adaptive_alpha, # step size of the 'thesis' and 'gradient' rules
+                    adaptive_ema: float=SAPOConfig.adaptive_ema, # baseline decay of the 'gradient' rule
                     **kwargs, # extra BanditIJ options: discount, explore, arms
                    ):
     "The I/J controller named by the config's `adaptive` field."
     total = local_questions + external_questions
     if adaptive == "off": return FixedIJ(total, external_questions)
-    if adaptive == "gradient": return GradientIJ(total, float(external_questions), adaptive_alpha, adaptive_ema)
+    if adaptive == "thesis": return ThesisIJ(total, float(external_questions), alpha=adaptive_alpha)
+    if adaptive == "gradient": return GradientIJ(total, float(external_questions), alpha=adaptive_alpha, ema=adaptive_ema)
     if adaptive == "bandit": return BanditIJ(total, external_questions, **kwargs)
     raise ValueError(f"adaptive must be one of {sorted(ADAPTIVE)}, got {adaptive!r}")
 
+def _drop_zero_local_arms(d: dict) -> dict:
+    "A saved bandit's state without its arm at J = I + J (if it has one), counts and sums kept in step."
+    arms = d.get("arms") or []
+    keep = [k for k, a in enumerate(arms) if a <= _j_max(d.get("total", BanditIJ.total))]
+    if len(keep) == len(arms): return d
+    pick = lambda xs: [xs[k] for k in keep] if len(xs or []) == len(arms) else xs
+    return {**d, "arms": pick(arms), "counts": pick(d.get("counts")), "sums": pick(d.get("sums"))}
+
 def controller_from_dict(d: dict):
-    "Rebuild a controller saved with `to_dict()`."
+    "Rebuild a controller saved with `to_dict()` (one saved at I = 0 comes back at I = 1)."
     d = dict(d); kind = d.pop("kind", None)
     if kind not in ADAPTIVE: raise ValueError(f"unknown controller kind {kind!r}; expected one of {sorted(ADAPTIVE)}")
+    if kind == "bandit": d = _drop_zero_local_arms(d)
     return ADAPTIVE[kind](**d)
