@@ -4,13 +4,13 @@
 
 # %% ../nbs/10_panel.ipynb #050d42c9
 from __future__ import annotations
-import json, os, re, signal, socket, sys, threading, time
+import html, json, os, re, signal, socket, stat, sys, threading, time
 from collections import deque
 from pathlib import Path
 from fastcore.basics import patch
-from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, preset
+from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, preset, valid_name
 from .node import atomic_write, experiment_dir
-from .swarm import ProcessSwarm, node_configs, parse_override, progress_line
+from .swarm import ProcessSwarm, node_configs, parse_override, progress_line, valid_metrics_row, _finite
 
 # %% auto #0
 __all__ = ['DRIVE_ROOT', 'PID_FILE', 'FORM_FIELDS', 'in_colab', 'default_root', 'MetricsReader', 'moving_average', 'NodeSeries',
@@ -29,27 +29,42 @@ def default_root(modules=None) -> str:
     return DRIVE_ROOT if in_colab(modules) else "sapo_runs"
 
 # %% ../nbs/10_panel.ipynb #4b415fe7
+def _open_regular(path):
+    "`path` opened for reading in binary if it is a regular file, else None (a FIFO or a device never blocks the reader)."
+    try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError: return None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode): f.close(); return None
+    return f
+
 class MetricsReader:
-    "Follow one metrics.jsonl file: each `read()` returns only the complete rows appended since the last one."
-    def __init__(self, path):
-        self.path, self.offset, self.inode, self.bad, self.restarted = Path(path), 0, None, 0, False
+    "Follow one metrics.jsonl file: each `read()` returns only the complete, valid rows appended since the last one."
+    def __init__(self, path, chunk:int=1 << 25): # most bytes read by one call
+        self.path, self.chunk, self.offset, self.inode, self.bad, self.restarted = Path(path), chunk, 0, None, 0, False
 
     def read(self) -> list:
         self.restarted = False
         try: st = os.stat(self.path)
-        except FileNotFoundError: return []
-        if st.st_ino != self.inode or st.st_size < self.offset:  # first read, or the file was rewritten
-            self.restarted, self.offset, self.inode = self.inode is not None, 0, st.st_ino
-        if st.st_size == self.offset: return []
-        with open(self.path, "rb") as f:
-            f.seek(self.offset); data = f.read(st.st_size - self.offset)
+        except OSError: return []
+        if st.st_ino == self.inode and st.st_size == self.offset: return []  # nothing new: one stat per refresh
+        f = _open_regular(self.path)
+        if f is None: return []
+        with f:
+            st = os.fstat(f.fileno())
+            if st.st_ino != self.inode or st.st_size < self.offset:  # first read, or the file was rewritten
+                self.restarted, self.offset, self.inode = self.inode is not None, 0, st.st_ino
+            if st.st_size == self.offset: return []
+            f.seek(self.offset); data = f.read(min(st.st_size - self.offset, self.chunk))
         end = data.rfind(b"\n") + 1  # complete lines only: a torn tail is read again next time
+        if end == 0 and len(data) == self.chunk: end, self.bad = len(data), self.bad + 1  # a line longer than a chunk: dropped
         self.offset += end
         rows = []
         for line in data[:end].splitlines():
             if not line.strip(): continue
-            try: rows.append(json.loads(line))
-            except ValueError: self.bad += 1
+            try: row = json.loads(line)
+            except (ValueError, RecursionError): row = None  # not JSON, or nested deeper than the parser goes
+            if valid_metrics_row(row): rows.append(row)
+            else: self.bad += 1
         return rows
 
 # %% ../nbs/10_panel.ipynb #ac04f8c1
@@ -77,9 +92,8 @@ class NodeSeries:
         rows = self.reader.read()
         if self.reader.restarted: self.clear()
         for row in rows:
-            y = row.get("reward_train")
-            y = float(y) if isinstance(y, (int, float)) and not isinstance(y, bool) else None
-            self.rounds.append(row.get("round", len(self.rounds))); self.rewards.append(y)
+            y = None if row["reward_train"] is None else float(row["reward_train"])
+            self.rounds.append(row["round"]); self.rewards.append(y)
             self._sum.append(self._sum[-1] + (y or 0.0)); self._n.append(self._n[-1] + (y is not None))
             i, j = len(self.rewards), max(0, len(self.rewards) - self.window)
             n = self._n[i] - self._n[j]
@@ -88,16 +102,26 @@ class NodeSeries:
         return len(rows)
 
 # %% ../nbs/10_panel.ipynb #91272904
+def _read_json(path, limit:int=1 << 20):
+    "The JSON value in regular file `path` if the file has at most `limit` bytes and parses, else None."
+    f = _open_regular(path)
+    if f is None: return None
+    with f: data = f.read(limit + 1)
+    if len(data) > limit: return None
+    try: return json.loads(data)
+    except (ValueError, RecursionError): return None
+
+def _run_length(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 2**53
+
 def _rounds_of(exp:Path) -> dict:
-    "{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`."
-    out = {}
-    try:
-        for c in json.loads((exp / "config.json").read_text())["nodes"]: out[c["node_id"]] = c["rounds"]
-    except (OSError, ValueError, KeyError, TypeError): pass
+    "{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`; entries of the wrong shape left out."
+    out, swarm = {}, _read_json(exp / "config.json")
+    nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
+    for c in nodes if isinstance(nodes, list) else []:
+        if isinstance(c, dict) and isinstance(c.get("node_id"), str) and _run_length(c.get("rounds")): out[c["node_id"]] = c["rounds"]
     for p in (exp / "logs").glob("*/config.json"):
-        if p.parent.name not in out:
-            try: out[p.parent.name] = json.loads(p.read_text())["rounds"]
-            except (OSError, ValueError, KeyError, TypeError): pass
+        c = _read_json(p) if p.parent.name not in out else None
+        if isinstance(c, dict) and _run_length(c.get("rounds")): out[p.parent.name] = c["rounds"]
     return out
 
 class SwarmWatcher:
@@ -119,14 +143,14 @@ class SwarmWatcher:
         return changed
 
     def status(self, states:dict|None=None, now:float|None=None, stale_after:float|None=None) -> list:
-        "One dict per node: `swarm_status`'s fields, `total_rounds`, `eta_seconds` and `state`."
+        "One dict per node: `swarm_status`'s fields (`skipped`: lines that are not valid rows), `total_rounds`, `eta_seconds`, `state`."
         now, states, out = time.time() if now is None else now, states or {}, []
         for name in sorted(set(self.nodes) | set(states)):
             s = self.nodes.get(name)
             last = s.last_rows[-1] if s is not None and s.last_rows else None
             total = self.total_rounds.get(name)
             row = dict(node=name, rounds=len(s.rewards) if s else 0, last_round=None, reward=None, seconds_per_round=None,
-                       idle_seconds=None, stale=False, total_rounds=total, eta_seconds=None)
+                       idle_seconds=None, stale=False, skipped=s.reader.bad if s else 0, total_rounds=total, eta_seconds=None)
             if last is not None:
                 spr = last["seconds"]["total"]; age = now - last["time"]
                 row.update(last_round=last["round"], reward=last.get("reward_train"), seconds_per_round=spr, idle_seconds=age,
@@ -147,27 +171,28 @@ def _fmt_seconds(s) -> str:
 _STATE_COLOURS = dict(running="#1a7f37", alive="#1a7f37", done="#555", stopped="#b35900", stale="#b00020", starting="#0550ae")
 
 def status_html(rows:list) -> str:
-    "The status rows as an HTML table: node, round, last reward, s/round, ETA, idle, state."
+    "The status rows as an HTML table: node, round, last reward, s/round, ETA, idle, state; every value HTML-escaped."
     if not rows: return "<i>no node has written a metrics row yet</i>"
     head = "".join(f"<th style='padding:2px 8px;text-align:right'>{h}</th>"
                    for h in ("node", "round", "last reward", "s/round", "ETA", "idle", "state"))
     body = []
     for r in rows:
         rnd = "-" if r["last_round"] is None else f"{r['last_round'] + 1}" + ("" if r["total_rounds"] is None else f"/{r['total_rounds']}")
-        cells = (r["node"], rnd, "-" if r["reward"] is None else f"{r['reward']:.3f}",
+        state = f"<b style='color:{_STATE_COLOURS.get(r['state'], '#000')}'>{html.escape(str(r['state']))}</b>"
+        if r.get("skipped"): state += f" <span title='lines of its metrics file that are not valid rows'>({int(r['skipped'])} skipped)</span>"
+        cells = [html.escape(str(v)) for v in (r["node"], rnd, "-" if r["reward"] is None else f"{r['reward']:.3f}",
                  "-" if r["seconds_per_round"] is None else f"{r['seconds_per_round']:.1f}", _fmt_seconds(r["eta_seconds"]),
-                 _fmt_seconds(r["idle_seconds"]),
-                 f"<b style='color:{_STATE_COLOURS.get(r['state'], '#000')}'>{r['state']}</b>")
+                 _fmt_seconds(r["idle_seconds"]))] + [state]
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-status' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
 
 def tail_lines(path, n:int=15, block:int=16384) -> list:
-    "The last `n` lines of a text file, reading at most `block` bytes from its end; [] if it does not exist."
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END); size = f.tell(); f.seek(max(0, size - block - 1))
-            data = f.read()
-    except OSError: return []
+    "The last `n` lines of a text file, reading at most `block` bytes from its end; [] if it is not a regular file."
+    f = _open_regular(path)
+    if f is None: return []
+    with f:
+        f.seek(0, os.SEEK_END); size = f.tell(); f.seek(max(0, size - block - 1))
+        data = f.read(block + 1)
     if size > block: data = data[data.find(b"\n") + 1:]  # drop the cut first line (one byte more tells if it is cut)
     return data.decode("utf-8", "replace").splitlines()[-n:]
 
@@ -177,30 +202,43 @@ _SWARMS = {}  # str(experiment folder) -> the ProcessSwarm this kernel started t
 
 def _key(exp) -> str: return str(Path(exp).resolve())
 
-def read_pid_file(exp) -> dict:
-    "The `panel_pids.json` of experiment folder `exp`: {'host', 'launched_at', 'nodes': {node: {pid, create_time}}}."
-    try: d = json.loads((Path(exp) / PID_FILE).read_text())
-    except (OSError, ValueError): return {}
-    return d if isinstance(d, dict) and isinstance(d.get("nodes"), dict) else {}
+_PID_MAX = 2**31 - 1  # pid_t is 32 bits; 0, -1 and other negative "pids" name whole process groups to kill()
 
-def _alive(pid:int, create_time:float) -> bool:
-    "Whether `pid` is still the process that started at `create_time` and has not exited."
+def _pid_entry(e) -> bool:
+    "Whether `e` is {pid: int > 1, create_time: finite number}; pid 1 is init."
+    return (isinstance(e, dict) and isinstance(e.get("pid"), int) and not isinstance(e["pid"], bool)
+            and 1 < e["pid"] <= _PID_MAX and _finite(e.get("create_time")))
+
+def read_pid_file(exp) -> dict:
+    "The `panel_pids.json` of `exp`: {'host', 'launched_at', 'nodes': {node: {pid, create_time}}}; malformed entries left out."
+    d = _read_json(Path(exp) / PID_FILE, limit=1 << 20)
+    if not isinstance(d, dict) or not isinstance(d.get("host"), str) or not isinstance(d.get("nodes"), dict): return {}
+    nodes = {n: dict(pid=e["pid"], create_time=e["create_time"]) for n, e in d["nodes"].items() if valid_name(n) and _pid_entry(e)}
+    return dict(host=d["host"], launched_at=d.get("launched_at") if _finite(d.get("launched_at")) else None, nodes=nodes)
+
+def _node_config(exp, node:str) -> Path: return Path(exp) / "logs" / node / "config.json"
+
+def _is_node(pid:int, create_time:float, config) -> bool:
+    "Whether `pid` runs `sapo node --config <config>`, started at `create_time` and has not exited."
     import psutil
     try:
         p = psutil.Process(pid)
-        return abs(p.create_time() - create_time) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error: return False
+        if abs(p.create_time() - create_time) >= 1.0 or p.status() == psutil.STATUS_ZOMBIE: return False
+        cmd = p.cmdline()
+        if len(cmd) < 3 or cmd[-3:-1] != ["node", "--config"]: return False
+        return os.path.realpath(os.path.join(p.cwd(), cmd[-1])) == os.path.realpath(config)
+    except (psutil.Error, OSError, ValueError): return False
 
-def process_states(exp) -> dict:
-    "{node: 'running' | 'exited' | 'remote'} for the nodes in `exp`'s pid file."
-    info, swarm = read_pid_file(exp), _SWARMS.get(_key(exp))
+def process_states(exp, info:dict|None=None) -> dict:
+    "{node: 'running' | 'exited' | 'remote'} for the nodes in `exp`'s pid file (or in `info`, read from it already)."
+    info, swarm = read_pid_file(exp) if info is None else info, _SWARMS.get(_key(exp))
     if not info: return {}
-    if info.get("host") != socket.gethostname(): return {n: "remote" for n in info["nodes"]}
+    if info["host"] != socket.gethostname(): return {n: "remote" for n in info["nodes"]}
     out = {}
     for node, p in info["nodes"].items():
         proc = swarm.procs.get(node) if swarm is not None else None
-        if proc is not None and proc.pid == p.get("pid"): out[node] = "running" if proc.poll() is None else "exited"
-        else: out[node] = "running" if _alive(p.get("pid", -1), p.get("create_time", 0.0)) else "exited"
+        if proc is not None and proc.pid == p["pid"]: out[node] = "running" if proc.poll() is None else "exited"
+        else: out[node] = "running" if _is_node(p["pid"], p["create_time"], _node_config(exp, node)) else "exited"
     return out
 
 def launch_swarm(cfgs:list) -> ProcessSwarm:
@@ -228,12 +266,12 @@ def _signal(pid:int, sig):
 
 def stop_swarm(exp, timeout:float=10.0) -> dict:
     "SIGTERM the running nodes of `exp`, SIGKILL them after `timeout` s; {node: 'terminated' | 'killed'}."
-    info = read_pid_file(exp)
-    live = [n for n, s in process_states(exp).items() if s == "running"]
+    info = read_pid_file(exp)  # read once: each check and each signal below is about these same entries
+    live = [n for n, s in process_states(exp, info).items() if s == "running"]
     for n in live: _signal(info["nodes"][n]["pid"], signal.SIGTERM)
     end, out = time.monotonic() + timeout, {}
     while True:
-        states = process_states(exp)
+        states = process_states(exp, info)
         for n in live:
             if states.get(n) != "running": out.setdefault(n, "terminated")
         if len(out) == len(live) or time.monotonic() > end: break
@@ -241,7 +279,7 @@ def stop_swarm(exp, timeout:float=10.0) -> dict:
     for n in live:
         if n not in out: _signal(info["nodes"][n]["pid"], signal.SIGKILL); out[n] = "killed"
     end = time.monotonic() + 5
-    while any(s == "running" for s in process_states(exp).values()) and time.monotonic() < end: time.sleep(0.05)
+    while any(s == "running" for s in process_states(exp, info).values()) and time.monotonic() < end: time.sleep(0.05)
     return out
 
 # %% ../nbs/10_panel.ipynb #56282d82
@@ -354,7 +392,6 @@ class SwarmPanel:
         for k, v in values.items(): self.fields[k].value = v
 
     def _say(self, text:str, error:bool=False):
-        import html
         self.message.value = f"<span style='color:{'#b00020' if error else '#1a7f37'}'>{html.escape(text)}</span>"
 
     def _guarded(self, f):
@@ -388,9 +425,9 @@ def _update_plot(self:SwarmPanel, changed:dict):
     for node in self.watcher.nodes:
         if node not in self._traces:
             colour = _COLOURS[len(self._traces) % len(_COLOURS)]
-            self.fig.add_scatter(x=[], y=[], name=node, mode="markers", legendgroup=node, opacity=0.45,
+            self.fig.add_scatter(x=[], y=[], name=html.escape(node), mode="markers", legendgroup=node, opacity=0.45,
                                  marker=dict(size=4, color=colour))
-            self.fig.add_scatter(x=[], y=[], name=f"{node} (avg {self.window})", mode="lines", legendgroup=node,
+            self.fig.add_scatter(x=[], y=[], name=f"{html.escape(node)} (avg {self.window})", mode="lines", legendgroup=node,
                                  line=dict(width=2, color=colour))
             self._traces[node] = (len(self.fig.data) - 2, len(self.fig.data) - 1)
             changed = {**changed, node: 0}
@@ -437,23 +474,22 @@ def refresh(self:SwarmPanel) -> float:
         self.last_refresh = time.perf_counter() - t0
         points = {n: len(s.rewards) for n, s in self.watcher.nodes.items()}
         running = sum(s == "running" for s in states.values())
-        self.summary.value = (f"<span data-points='{json.dumps(points)}' data-running='{running}'>"
-                              f"<b>{self.watcher.dir}</b> · {len(rows)} node(s), {running} running · rounds read: "
-                              + (", ".join(f"{n} {k}" for n, k in points.items()) or "none")
+        self.summary.value = (f"<span data-points='{html.escape(json.dumps(points))}' data-running='{running}'>"
+                              f"<b>{html.escape(str(self.watcher.dir))}</b> · {len(rows)} node(s), {running} running · rounds read: "
+                              + html.escape(", ".join(f"{n} {k}" for n, k in points.items()) or "none")
                               + f" · refreshed {time.strftime('%H:%M:%S')} in {self.last_refresh * 1000:.0f} ms</span>")
         return self.last_refresh
 
 @patch
 def _update_log(self:SwarmPanel):
     "Show the end of the chosen node's `node.log`, or its newest metrics rows when it has no log."
-    import html
     node = self.log_node.value
     if node is None: self.log_view.value = ""; return
     lines = tail_lines(self.watcher.dir / "logs" / node / "node.log", self.log_lines)
     s = self.watcher.nodes.get(node)
     if not lines and s is not None:
         total = self.watcher.total_rounds.get(node)
-        lines = [progress_line(r, total or r["round"] + 1) if "pool_selected" in r else json.dumps(r)[:200] for r in list(s.last_rows)[-self.log_lines:]]
+        lines = [progress_line(r, total or r["round"] + 1) for r in list(s.last_rows)[-self.log_lines:]]
     self.log_view.value = ("<pre class='sapo-log' style='font-size:11px;line-height:1.3;max-height:220px;overflow:auto'>"
                            + html.escape("\n".join(lines) or "(nothing logged yet)") + "</pre>")
 
@@ -489,7 +525,6 @@ def close(self:SwarmPanel):
 # %% ../nbs/10_panel.ipynb #d6af673c
 @patch
 def _show_errors(self:SwarmPanel, errors:dict):
-    import html
     for k, w in self.errors.items():
         w.value = f"<span style='color:#b00020;font-size:12px'>{html.escape(errors[k])}</span>" if k in errors else ""
 
@@ -535,11 +570,14 @@ def attach(self:SwarmPanel, root=None, experiment:str|None=None):
     self._show_errors(errors)
     if errors: self._say("cannot attach: fix the folder", error=True); return
     self.set_values(root=root, experiment=experiment)
-    try: nodes = json.loads((Path(root) / experiment / "config.json").read_text())["nodes"]
-    except (OSError, ValueError, KeyError, TypeError): nodes = []
-    if nodes:
+    from traitlets import TraitError
+    swarm = _read_json(Path(root) / experiment / "config.json")
+    nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
+    if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
         c = nodes[0]
-        self.set_values(nodes=len(nodes), **{k: c[f] for k, f in FORM_FIELDS.items() if f and f in c and k not in ("root", "experiment")})
+        for k, v in dict(nodes=len(nodes), **{k: c[f] for k, f in FORM_FIELDS.items() if f and f in c and k not in ("root", "experiment")}).items():
+            try: self.set_values(**{k: v})
+            except (TraitError, TypeError, ValueError): pass  # a value the field cannot hold: the field keeps its own
     self._watch(root, experiment)
     states = process_states(self.watcher.dir)
     found = len(self.watcher.nodes) or len(states)

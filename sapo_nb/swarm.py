@@ -4,13 +4,14 @@
 
 # %% ../nbs/08_swarm.ipynb #0e7d3582
 from __future__ import annotations
-import json, os, signal, subprocess, sys, time
+import json, math, os, signal, subprocess, sys, time
 from pathlib import Path
-from .config import SAPOConfig, ConfigError, _parse_env, _kind
+from .config import SAPOConfig, ConfigError, _parse_env, _kind, valid_name
 from .node import experiment_dir, metrics_path, read_metrics, atomic_write, progress_line
 
 # %% auto #0
-__all__ = ['parse_override', 'node_configs', 'run_inline', 'write_swarm_config', 'ProcessSwarm', 'swarm_status', 'format_status']
+__all__ = ['METRICS_ROW_FIELDS', 'parse_override', 'node_configs', 'run_inline', 'write_swarm_config', 'ProcessSwarm',
+           'valid_metrics_row', 'swarm_status', 'format_status']
 
 # %% ../nbs/08_swarm.ipynb #1ea0808c
 def parse_override(text:str) -> tuple:
@@ -114,23 +115,48 @@ class ProcessSwarm:
         return {i: p.returncode for i, p in self.procs.items()}
 
 # %% ../nbs/08_swarm.ipynb #b049f3f1
+_COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it
+
+def _finite(x) -> bool:
+    "A number (not a bool) that is finite as a float."
+    if isinstance(x, bool) or not isinstance(x, (int, float)): return False
+    try: return math.isfinite(x)
+    except OverflowError: return False  # an int too large for a float
+
+def _count(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < _COUNT_MAX
+def _reward(x) -> bool: return x is None or _finite(x)
+def _seconds(x) -> bool: return isinstance(x, dict) and _finite(x.get("total")) and x["total"] >= 0
+
+METRICS_ROW_FIELDS = dict(round=_count, node_id=lambda x: isinstance(x, str), I=_count, J=_count, pool_selected=_count,
+                          pool_available=_count, reward_train=_reward, seconds=_seconds, time=_finite)
+
+def valid_metrics_row(row) -> bool:
+    "Whether `row` has every field of `METRICS_ROW_FIELDS` with the right type, and every `reward_*` field is a number or None."
+    return (isinstance(row, dict) and all(k in row and ok(row[k]) for k, ok in METRICS_ROW_FIELDS.items())
+            and all(_reward(v) for k, v in row.items() if isinstance(k, str) and k.startswith("reward_")))
+
+# %% ../nbs/08_swarm.ipynb #d4e9ee7a
 def swarm_status(root, experiment:str, now:float|None=None, stale_after:float|None=None) -> list:
-    "One dict per node of `<root>/<experiment>`: node, rounds, last reward, s/round, seconds since its last row, stale."
+    "One dict per node of `<root>/<experiment>`: node, rounds, last reward, s/round, seconds since its last row, stale, rows skipped."
     now = time.time() if now is None else now
     out = []
     for d in sorted((Path(root) / experiment / "logs").glob("*")):
-        rows = read_metrics(d / "metrics.jsonl")
+        read = read_metrics(d / "metrics.jsonl")
+        rows = [r for r in read if valid_metrics_row(r)]
         if not rows: continue
         last = rows[-1]; spr = last["seconds"]["total"]
         age = now - last["time"]
-        out.append(dict(node=d.name, rounds=len(rows), last_round=last["round"], reward=last.get("reward_train"),
-                        seconds_per_round=spr, idle_seconds=age,
+        out.append(dict(node=d.name, rounds=len(rows), last_round=last["round"], reward=last["reward_train"],
+                        seconds_per_round=spr, idle_seconds=age, skipped=len(read) - len(rows),
                         stale=age > (stale_after if stale_after is not None else max(60.0, 3 * spr))))
     return out
 
+def _shown(name:str) -> str: return name if valid_name(name) else ascii(name)
+
 def format_status(rows:list) -> str:
-    "The status rows as a fixed-width table."
+    "The status rows as a fixed-width table; a node name that is not a valid node id is shown quoted and escaped."
     head = f"{'node':>10} {'rounds':>6} {'reward':>7} {'s/round':>8} {'idle s':>7}  state"
-    lines = [f"{r['node']:>10} {r['rounds']:>6} {'-' if r['reward'] is None else format(r['reward'], '.3f'):>7} "
-             f"{r['seconds_per_round']:>8.1f} {r['idle_seconds']:>7.0f}  {'stale' if r['stale'] else 'alive'}" for r in rows]
+    lines = [f"{_shown(r['node']):>10} {r['rounds']:>6} {'-' if r['reward'] is None else format(r['reward'], '.3f'):>7} "
+             f"{r['seconds_per_round']:>8.1f} {r['idle_seconds']:>7.0f}  {'stale' if r['stale'] else 'alive'}"
+             + (f"  ({r['skipped']} malformed rows skipped)" if r.get("skipped") else "") for r in rows]
     return "\n".join([head] + lines) if rows else "no node has written a metrics row yet"
