@@ -116,12 +116,13 @@ def _sigterm_as_interrupt():
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
 def _swarm(cfg, args) -> int:
-    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, swarm_status, format_status
+    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, swarm_status, format_status, pool_shortfall
     from sapo_nb.node import experiment_dir
     cfgs = node_configs(cfg, args.nodes, args.override)
     t0 = time.perf_counter()
     print(f"sapo swarm: {args.nodes} nodes ({args.mode}), {cfg.rounds} rounds, model {cfg.model}, "
           f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, results in {experiment_dir(cfg)}")
+    if args.mode == "process" and (warning := pool_shortfall(cfgs)): print(warning)  # inline mode logs it itself
     if args.mode == "inline": codes = {k: 0 if v == "done" else 1 for k, v in run_inline(cfgs).items()}
     else: codes = ProcessSwarm(cfgs).start().wait()
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s\n" + format_status(swarm_status(cfg.root, cfg.experiment)))

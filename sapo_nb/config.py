@@ -53,7 +53,7 @@ class SAPOConfig:
     local_questions: int = _f(4, "I: questions this node draws from its own task stream each round")
     external_questions: int = _f(4, "J: rollouts (question + G completions) taken from the swarm each round")
     completions_per_question: int = _f(8, "G: completions sampled per question (the GRPO group size)")
-    mix: str = _f("paper", "task mix: 'paper' (the nine ReasoningGym tasks) or 'quick' (CPU-sized arithmetic)")
+    mix: str = _f("paper", "task mix: 'paper' (the nine ReasoningGym tasks), 'quick' (easy CPU arithmetic) or 'arith' (harder CPU arithmetic)")
     tasks: tuple = _f((), "optional subset of the mix's tasks to draw from; empty = the whole mix")
     share_stream: bool = _f(False, "all nodes draw the same questions (default: each node its own stream)")
     # --- generation

@@ -28,6 +28,12 @@ PLANS = dict(
     mini=dict(description="the comparison on 2 CPU cores in under an hour: embedded SmolLM2-135M, quick mix, 3 agents, 15 rounds",
               preset="cpu", rounds=15, nodes=3, seeds=(0, 1), fields=dict(completions_per_question=4, max_new_tokens=32),
               configs={**_IJ(4, 0), **_IJ(3, 1), **_IJ(2, 2), **_IJ(1, 3)}),
+    sharing=dict(description="does sharing help? 4/0 against 2/2 on the arith mix, 4 agents, 100 rounds, 6 paired seeds, "
+                             "held-out pass@1 every 20 rounds (CPU, about 8 CPU-hours)",
+                 preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5),
+                 fields=dict(mix="arith", completions_per_question=4, max_new_tokens=32, eval_every=20, eval_questions=64,
+                             checkpoint_every=25),
+                 configs={**_IJ(4, 0), **_IJ(2, 2)}),
 )
 
 # %% ../nbs/12_experiments.ipynb #babe8e25
@@ -82,6 +88,7 @@ def resolve_plan(
             runs.append(dict(config=c, seed=s, nodes=n, dir=str(experiment_dir(cfg)), cfgs=cfgs))
         configs[c] = dict(nodes=n, overrides=over, config={k: v for k, v in runs[-1]["cfgs"][0].to_dict().items()
                                                           if k not in _RUNNER_FIELDS})
+    runs.sort(key=lambda r: seeds.index(r["seed"]))  # seed by seed: a plan stopped part-way leaves complete pairs
     only = list(only or [])
     if unknown := [c for c in only if c not in configs]:
         raise ValueError(f"only: no configuration {', '.join(map(repr, unknown))} in plan {name!r}; it has {', '.join(configs)}")

@@ -10,8 +10,8 @@ from .config import SAPOConfig, ConfigError, _parse_env, _kind, valid_name
 from .node import experiment_dir, metrics_path, read_metrics, atomic_write, progress_line
 
 # %% auto #0
-__all__ = ['METRICS_ROW_FIELDS', 'parse_override', 'node_configs', 'run_inline', 'write_swarm_config', 'ProcessSwarm',
-           'valid_metrics_row', 'swarm_status', 'format_status']
+__all__ = ['METRICS_ROW_FIELDS', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'write_swarm_config',
+           'ProcessSwarm', 'valid_metrics_row', 'swarm_status', 'format_status']
 
 # %% ../nbs/08_swarm.ipynb #1ea0808c
 def parse_override(text:str) -> tuple:
@@ -38,6 +38,16 @@ def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=()) -> list:
     if unknown: raise ConfigError(f"override for {unknown}: no such node; nodes are {', '.join(ids)}")
     return [cfg.replace(node_id=i, **per.get(i, {})) for i in ids]
 
+def pool_shortfall(cfgs:list) -> str|None:
+    "A warning when some node asks for more external groups (J) than the other nodes publish in a round (the sum of their I)."
+    published = sum(c.local_questions for c in cfgs)
+    short = [f"{c.node_id} wants J={c.external_questions}, the others publish {published - c.local_questions}"
+             for c in cfgs if c.adaptive == "off" and c.external_questions > published - c.local_questions]
+    if not short: return None
+    return ("warning: J cannot be filled from the current round (" + "; ".join(short[:3]) + (" ..." if len(short) > 3 else "")
+            + "). Such nodes train on fewer groups than I+J, which is a smaller batch, not more sharing; "
+            "add nodes or lower J.")
+
 # %% ../nbs/08_swarm.ipynb #ffbe3085
 def run_inline(cfgs:list, log=print, build=None) -> dict:
     "Run the nodes of `cfgs` in this process, one round each in turn. Returns {node_id: 'done' | error text}."
@@ -45,9 +55,16 @@ def run_inline(cfgs:list, log=print, build=None) -> dict:
     from sapo_nb.node import open_transport
     shared = open_transport(cfgs[0]) if cfgs[0].transport == "memory" else None
     write_swarm_config(cfgs)
+    if warning := pool_shortfall(cfgs): log(warning)
     nodes, result = {}, {}
+    try: return _take_turns(cfgs, shared, nodes, result, log, build or SwarmNode)
+    finally:
+        for n in nodes.values():  # every node's lease goes, also on Ctrl-C or an error
+            if hasattr(n, "close"): n.close()
+
+def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
     for c in cfgs:
-        nodes[c.node_id] = (build or SwarmNode)(c, transport=shared, log=log)
+        nodes[c.node_id] = build(c, transport=shared, log=log)
         nodes[c.node_id].resume()
     def guarded(n, fn):
         try: return fn()
@@ -104,7 +121,7 @@ class ProcessSwarm:
         try:
             while True:
                 for c in self.cfgs:
-                    rows = read_metrics(metrics_path(c))
+                    rows = [r for r in read_metrics(metrics_path(c)) if valid_metrics_row(r)]
                     for i in range(seen[c.node_id], len(rows)):
                         log(progress_line(rows[i], c.rounds, rows[i]["time"] - rows[i - 1]["time"] if i else None))
                     seen[c.node_id] = len(rows)

@@ -46,6 +46,14 @@ MIXES = {
             ("basic_arithmetic", 1.0, dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2, operators=["+"], **_ARITH)),
         ],
         prompt_style="short", max_new_tokens=32, temperature=0.8, answer_fallback=True),
+    "arith": dict(  # harder CPU arithmetic: the embedded model starts near 0.3 held-out pass@1, room to learn either way
+        tasks=[
+            ("basic_arithmetic", 1.0, dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2, operators=["+"], **_ARITH)),
+            ("basic_arithmetic", 1.0, dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2, operators=["-"], **_ARITH)),
+            ("basic_arithmetic", 1.0, dict(min_terms=3, max_terms=3, min_digits=1, max_digits=1, operators=["+"], **_ARITH)),
+            ("basic_arithmetic", 1.0, dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2, operators=["*"], **_ARITH)),
+        ],
+        prompt_style="short", max_new_tokens=32, temperature=0.8, answer_fallback=True),
 }
 
 # %% ../nbs/01_tasks.ipynb #0611f352
