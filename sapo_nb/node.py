@@ -9,10 +9,11 @@ from pathlib import Path
 from .config import SAPOConfig, ConfigError
 
 # %% auto #0
-__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'experiment_dir', 'metrics_path',
-           'checkpoint_dir', 'atomic_write', 'read_metrics', 'append_metrics', 'truncate_metrics', 'NodeRunning',
-           'lease_path', 'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'verify_checkpoint',
-           'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError', 'progress_line']
+__all__ = ['METRICS_MAX_BYTES', 'LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'experiment_dir',
+           'metrics_path', 'checkpoint_dir', 'atomic_write', 'open_regular', 'read_metrics', 'append_metrics',
+           'truncate_metrics', 'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError',
+           'save_checkpoint', 'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError',
+           'progress_line']
 
 # %% ../nbs/07_node.ipynb #ba9ac1cd
 def experiment_dir(cfg:SAPOConfig) -> Path: return Path(cfg.root) / cfg.experiment
@@ -28,14 +29,25 @@ def atomic_write(path, data:bytes|str):
     os.replace(tmp, path)
 
 # %% ../nbs/07_node.ipynb #83f10f49
+METRICS_MAX_BYTES = 1 << 28  # 256 MB: far beyond any real run (2,000 rounds of 8 nodes is about 30 MB)
+
+def open_regular(path):
+    "`path` opened for binary reading if it is a regular file, else None: a FIFO or a device planted there never blocks."
+    try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError: return None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode): f.close(); return None
+    return f
+
 def read_metrics(path) -> list:
-    "The rows of a metrics (JSON-lines) file; torn, empty and non-object lines (a crash mid-write) are skipped."
-    try: text = Path(path).read_text(errors="replace")
-    except OSError: return []
+    "The rows of a metrics (JSON-lines) file; torn, empty, non-object and absurdly nested lines are skipped."
+    f = open_regular(path)
+    if f is None: return []
+    with f: text = f.read(METRICS_MAX_BYTES).decode(errors="replace")
     rows = []
     for line in text.splitlines():
         try: r = json.loads(line)
-        except ValueError: continue
+        except (ValueError, RecursionError): continue  # a crash mid-write, or a line nested a million deep
         if isinstance(r, dict): rows.append(r)
     return rows
 
@@ -110,13 +122,13 @@ def _heartbeat(state:_LeaseState, every:float):
             with os.fdopen(os.open(state.path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as f: _write_lease(f, state.token)
         except OSError: pass  # a full or flaky disk: the next heartbeat tries again
 
-def _release(state:_LeaseState, held=_HELD, read=read_lease, errors=(OSError, NodeRunning)):
-    "Stop the heartbeat and remove the lease if it is still ours (bound early: it may run while the interpreter exits)."
+def _release(state:_LeaseState, held=_HELD, read=read_lease):
+    "Stop the heartbeat and remove the lease if it is still ours; best effort (it may run while the interpreter exits)."
     state.stop.set(); held.discard(state.token)
     try:
         info, _ = read(state.path)
         if info and info.get("token") == state.token: state.path.unlink()
-    except errors: pass
+    except Exception: pass  # gone already, not ours, or the interpreter is tearing down: nothing to undo
 
 # %% ../nbs/07_node.ipynb #8595bacd
 class NodeLease:

@@ -9,7 +9,7 @@ from collections import deque
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, preset, valid_name
-from .node import atomic_write, experiment_dir
+from .node import atomic_write, experiment_dir, open_regular
 from .swarm import ProcessSwarm, node_configs, parse_override, progress_line, valid_metrics_row, _finite
 
 # %% auto #0
@@ -29,14 +29,6 @@ def default_root(modules=None) -> str:
     return DRIVE_ROOT if in_colab(modules) else "sapo_runs"
 
 # %% ../nbs/10_panel.ipynb #4b415fe7
-def _open_regular(path):
-    "`path` opened for reading in binary if it is a regular file, else None (a FIFO or a device never blocks the reader)."
-    try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError: return None
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode): f.close(); return None
-    return f
-
 class MetricsReader:
     "Follow one metrics.jsonl file: each `read()` returns only the complete, valid rows appended since the last one."
     def __init__(self, path, chunk:int=1 << 25): # most bytes read by one call
@@ -47,7 +39,7 @@ class MetricsReader:
         try: st = os.stat(self.path)
         except OSError: return []
         if st.st_ino == self.inode and st.st_size == self.offset: return []  # nothing new: one stat per refresh
-        f = _open_regular(self.path)
+        f = open_regular(self.path)
         if f is None: return []
         with f:
             st = os.fstat(f.fileno())
@@ -104,7 +96,7 @@ class NodeSeries:
 # %% ../nbs/10_panel.ipynb #91272904
 def _read_json(path, limit:int=1 << 20):
     "The JSON value in regular file `path` if the file has at most `limit` bytes and parses, else None."
-    f = _open_regular(path)
+    f = open_regular(path)
     if f is None: return None
     with f: data = f.read(limit + 1)
     if len(data) > limit: return None
@@ -188,7 +180,7 @@ def status_html(rows:list) -> str:
 
 def tail_lines(path, n:int=15, block:int=16384) -> list:
     "The last `n` lines of a text file, reading at most `block` bytes from its end; [] if it is not a regular file."
-    f = _open_regular(path)
+    f = open_regular(path)
     if f is None: return []
     with f:
         f.seek(0, os.SEEK_END); size = f.tell(); f.seek(max(0, size - block - 1))
