@@ -9,15 +9,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .node import read_metrics
-from .statistics import UNIT, base_rate, compare_by_seed, seeds_for_alpha, selection_artefact
+from .statistics import (UNIT, base_column, base_rate, compare_by_seed, min_p_value, paired_by_seed, per_seed,
+                                seeds_for_alpha, selection_artefact)
 
 # %% auto #0
-__all__ = ['PHASES', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'SEED_METRICS', 'find_runs',
-           'read_run_config', 'config_label', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes',
-           'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement',
-           'compare_configs', 'artefact_at_base_rates', 'seed_comparison', 'effective_window', 'jump_round',
-           'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times',
-           'adaptive_agents', 'fig_adaptive_j', 'compare_with_paper', 'run_summary', 'write_report']
+__all__ = ['PHASES', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS', 'METRIC_LABELS',
+           'SUMMARY_COLUMNS', 'find_runs', 'read_run_config', 'config_label', 'run_info', 'synthetic_runs', 'load_runs',
+           'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative',
+           'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_at_base_rates',
+           'seed_comparison', 'config_summary', 'plan_progress', 'seed_table', 'findings', 'effective_window',
+           'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative',
+           'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
+           'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/09_analysis.ipynb #5f6dd8a0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
@@ -76,6 +79,9 @@ def synthetic_runs(
     G:int=4, # completions per question
     total:int=4, # I+J of 'adaptive' runs
     agent_sd:float=0.02, # spread of the agents' success probabilities around the level
+    eval_every:int=0, # log held-out pass@1 after every this many rounds and the last; 0: no evaluation
+    eval_base:float=0.25, # held-out pass@1 of every agent's base policy (round 0's row)
+    eval_questions:int=64, # held-out questions per evaluation
 ) -> Path: # root
     "Write synthetic metrics (and `config.json`) in the layout nodes and the runner write, with known mean rewards."
     levels = {"4/0": 0.2, "2/2": 0.3} if levels is None else levels
@@ -90,6 +96,7 @@ def synthetic_runs(
                          model="synthetic", seed=s, rounds=rounds, adaptive="gradient" if adaptive else "off")
                     for k in range(nodes)]
             (run / "config.json").write_text(json.dumps({"nodes": cfgs}))
+            erng = np.random.default_rng([s, zlib.crc32(label.encode()), 1])  # its own stream: evaluation leaves the rest as it was
             for c in cfgs:
                 p, i, j, t = float(np.clip(level + rng.normal(0, agent_sd), 0.01, 0.99)), I, J, 1.7e9
                 log = run / "logs" / c["node_id"]; log.mkdir(parents=True, exist_ok=True)
@@ -101,6 +108,11 @@ def synthetic_runs(
                     sec = dict(generate=0.4 * i + 0.1 * rng.random(), reward=0.01 * i, publish=0.005, collect=0.02 * (j > 0),
                                select=0.005 * (j > 0), train=0.3 * (i + j))
                     sec["total"] = sum(sec.values()) + 0.05; t += sec["total"]  # 0.05 s outside the phases
+                    ev = {}
+                    if eval_every and r == 0: ev.update(eval_base_pass1=float(eval_base), eval_base_n=eval_questions)
+                    if eval_every and ((r + 1) % eval_every == 0 or r + 1 == rounds):  # after r + 1 updates
+                        acc = eval_base + (p - eval_base) * (r + 1) / rounds
+                        ev.update(eval_pass1=erng.binomial(eval_questions, acc) / eval_questions, eval_n=eval_questions)
                     lines.append(json.dumps(dict(
                         round=r, node_id=c["node_id"], I=i, J=j, G=G, model="synthetic", reward_local=rl, reward_external=rx,
                         reward_train=(i * (rl or 0) + j * (rx or 0)) / (i + j), frac_zero_std=float(rng.random() * 0.5),
@@ -108,7 +120,7 @@ def synthetic_runs(
                         pool_peers=nodes - 1 if j else 0, loss=float(rng.normal(0, 0.01)), clip_frac=0.0, clip_frac_low=0.0,
                         clip_frac_high=0.0, kl=0.0, entropy=float(1 + rng.random()), grad_norm=float(rng.random()),
                         tokens_generated=i * G * 32, tokens_trained=(i + j) * G * 32, truncated=0, seconds=sec,
-                        peak_memory_mb=512.0, time=t)))
+                        peak_memory_mb=512.0, time=t, **ev)))
                 (log / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return root
 
@@ -118,7 +130,8 @@ ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive")
 METRIC_COLUMNS = ("I", "J", "G", "model", "reward_local", "reward_external", "reward_train", "frac_zero_std",
                   "pool_available", "pool_rejected", "pool_selected", "pool_peers", "loss", "clip_frac", "clip_frac_low",
                   "clip_frac_high", "kl", "entropy", "grad_norm", "tokens_generated", "tokens_trained", "truncated",
-                  *(f"seconds_{p}" for p in PHASES), "seconds_total", "peak_memory_mb", "time")
+                  *(f"seconds_{p}" for p in PHASES), "seconds_total", "peak_memory_mb", "time",
+                  "eval_base_pass1", "eval_pass1", "eval_n", "eval_tokens", "eval_seconds")  # held-out: NaN where not evaluated
 
 
 def _flat_row(row:dict) -> dict|None:
@@ -321,7 +334,16 @@ def compare_configs(
     return dict(config_a=a, config_b=b, mean_a=float(x.mean()), mean_b=float(y.mean()), **permutation_test(x, y, **kwargs))
 
 # %% ../nbs/09_analysis.ipynb #c8215251
-SEED_METRICS = (("eval_pass1", "final"), ("reward_local", "sum"), ("reward_train", "sum"))  # (column, `per_seed` summary)
+HEADLINE = (("eval_pass1", "final"), ("eval_pass1", "area"), ("reward_local", "sum"))  # what the policies are judged by
+SEED_METRICS = (*HEADLINE, ("reward_train", "sum"))  # (column, `per_seed` summary): the headline, then the paper's metric
+METRIC_LABELS = {("eval_pass1", "final"): "held-out pass@1, final", ("eval_pass1", "area"): "held-out pass@1, area",
+                 ("reward_local", "sum"): "cumulative reward_local",
+                 ("reward_train", "sum"): "the paper's metric (cumulative reward_train)"}
+
+def metric_label(metric:str, summary:str="sum") -> str:
+    "How tables name a metric with its per-seed summary."
+    return METRIC_LABELS.get((metric, summary), f"{metric} ({summary})")
+
 
 def artefact_at_base_rates(
     df:pd.DataFrame, # from `load_runs`
@@ -351,8 +373,157 @@ def seed_comparison(
     for m in metrics:
         metric, summary = (m, "sum") if isinstance(m, str) else m
         if metric not in df.columns or df[metric].notna().sum() == 0: continue
-        rows += [compare_by_seed(df, metric, c, base, summary, **kwargs) for c in config_order(df) if c != base]
+        rows += [dict(label=metric_label(metric, summary), **compare_by_seed(df, metric, c, base, summary, **kwargs))
+                 for c in config_order(df) if c != base]
     return pd.DataFrame(rows)
+
+# %% ../nbs/09_analysis.ipynb #6f94062f
+SUMMARY_COLUMNS = ("config", "I", "J", "seeds", "seed_list", "agents", "rounds", "base_pass1", "final_pass1", "final_pass1_sd",
+                   "area_pass1", "area_pass1_sd", "reward_local_sum", "reward_local_sum_sd", "paper_metric",
+                   "paper_vs_baseline_pct", "base_rate", "artefact_pct", "effective_J", "batch_groups")
+
+def _over_seeds(df:pd.DataFrame, metric:str, summary:str) -> tuple:
+    "Mean and sd over seeds of `per_seed`'s value, per configuration (empty where the metric was never logged)."
+    if metric not in df.columns or df[metric].notna().sum() == 0: return pd.Series(dtype=float), pd.Series(dtype=float)
+    v = per_seed(df, metric, summary).groupby("config").value
+    return v.mean(), v.std(ddof=1)
+
+def config_summary(
+    df:pd.DataFrame, # from `load_runs`
+    baseline:str|None=None, # the baseline configuration; None: the one with J=0
+    artefact_rounds:int=1000, # rounds of the no-learning simulation per configuration
+    seed:int=0, # random seed of the simulation
+) -> pd.DataFrame: # one row per configuration: `SUMMARY_COLUMNS`
+    "Per configuration, over its seeds: held-out pass@1 (base, final, area), cumulative rewards, the artefact, effective J, batch."
+    if df.empty: return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+    sh, order, base = config_shapes(df), config_order(df), resolve_config(df, baseline)
+    t = pd.DataFrame(index=pd.Index(order, name="config"))
+    t["I"], t["J"] = sh.I, sh.J
+    seeds = df.groupby("config").seed.agg(lambda s: sorted(map(int, s.unique())))
+    t["seeds"], t["seed_list"] = seeds.map(len), seeds.map(lambda s: ", ".join(map(str, s)))
+    t["agents"], t["rounds"] = sh.agents, sh.rounds
+    t["base_pass1"] = df.groupby("config").eval_base_pass1.mean() if "eval_base_pass1" in df.columns else np.nan
+    for col, (metric, summary) in (("final_pass1", ("eval_pass1", "final")), ("area_pass1", ("eval_pass1", "area")),
+                                   ("reward_local_sum", ("reward_local", "sum"))):
+        t[col], t[f"{col}_sd"] = _over_seeds(df, metric, summary)
+    t["paper_metric"] = _over_seeds(df, "reward_train", "sum")[0]
+    rel = {}
+    for c in order:
+        pr = paired_by_seed(df, "reward_train", c, base, "sum")
+        rel[c] = 100 * (pr.a.mean() / pr.b.mean() - 1) if len(pr) and pr.b.mean() else np.nan
+    t["paper_vs_baseline_pct"] = pd.Series(rel)
+    art = artefact_at_base_rates(df, rounds=artefact_rounds, seed=seed).set_index("config")
+    t["base_rate"], t["artefact_pct"] = art.p, art.artefact_pct
+    t["effective_J"] = df.groupby("config").pool_selected.mean()
+    t["batch_groups"] = (df.I + df.pool_selected).groupby(df.config).mean()
+    return t.reset_index().reindex(columns=list(SUMMARY_COLUMNS))
+
+# %% ../nbs/09_analysis.ipynb #c0a6f5f0
+def plan_progress(
+    df:pd.DataFrame, # from `load_runs` (may be empty)
+    plan:dict, # a plan as in `experiments.PLANS`: 'configs' (names), 'seeds', 'nodes', 'rounds'
+) -> pd.DataFrame: # config, planned, done, partial, missing: seed lists
+    "Which runs of `plan` are in the table: complete (every node, every round), partial, or missing."
+    rows, have = [], not df.empty and {"config", "seed", "node_id", "round"} <= set(df.columns)
+    for c in plan["configs"]:
+        done, partial, missing = [], [], []
+        for s in plan["seeds"]:
+            r = df[(df.config == c) & (df.seed == s)] if have else pd.DataFrame()
+            if r.empty: missing.append(s); continue
+            per_node = r.groupby("node_id")["round"].nunique()
+            full = len(per_node) >= (plan.get("nodes") or 1) and (per_node >= plan["rounds"]).all()
+            (done if full else partial).append(s)
+        rows.append(dict(config=c, planned=len(plan["seeds"]), done=done, partial=partial, missing=missing))
+    return pd.DataFrame(rows, columns=["config", "planned", "done", "partial", "missing"])
+
+# %% ../nbs/09_analysis.ipynb #2d7b1447
+def seed_table(
+    sc:pd.DataFrame, # from `seed_comparison`
+    alpha:float=0.05, # the level: rows whose seeds cannot reach it show no p-value
+    artefact:dict|None=None, # config -> no-learning artefact (%) of the paper's metric, shown in its row
+) -> pd.DataFrame:
+    "`seed_comparison` as a report prints it: intervals in brackets, and no p-value where the seeds cannot reach `alpha`."
+    ci = lambda v, lo, hi, f: "–" if pd.isna(v) else f(v) + ("" if pd.isna(lo) else f" [{f(lo)}, {f(hi)}]")
+    pct, num = lambda v: f"{v:+.1f}%", lambda v: f"{v:+.4g}"
+    if sc.empty: return pd.DataFrame(columns=["metric", "config", "seeds", "mean", "baseline mean", "improvement [95% CI]",
+                                               "difference [95% CI]", "p (sign-flip)", "seeds for +10%"])
+    labels = sc["label"] if "label" in sc.columns else [metric_label(m, s) for m, s in zip(sc.metric, sc.summary)]
+    t = pd.DataFrame({
+        "metric": list(labels), "config": sc.config_a, "seeds": sc.seeds, "mean": sc.mean_a, "baseline mean": sc.mean_b,
+        "improvement [95% CI]": [ci(r.rel_pct, r.rel_low_pct, r.rel_high_pct, pct) for r in sc.itertuples()],
+        "difference [95% CI]": [ci(r.diff, r.diff_low, r.diff_high, num) for r in sc.itertuples()],
+        "p (sign-flip)": ["–" if pd.isna(r.p_value) else f"{r.p_value:.3g}" if r.can_reject
+                          else f"n/a: min p {r.min_p:.3g} > {alpha:g}" for r in sc.itertuples()],
+        "seeds for +10%": sc.seeds_needed})
+    if artefact is not None:
+        t.insert(6, "no-learning artefact", ["" if r.metric != "reward_train" or pd.isna(artefact.get(r.config_a, np.nan))
+                                             else pct(artefact[r.config_a]) for r in sc.itertuples()])
+    return t
+
+# %% ../nbs/09_analysis.ipynb #d71da525
+def _fmt(v, f="{:.3f}") -> str: return "–" if pd.isna(v) else f.format(v)
+
+def findings(
+    cs:pd.DataFrame, # from `config_summary`
+    sc:pd.DataFrame, # from `seed_comparison`
+    alpha:float=0.05, # the level of the tests
+    effect:float=0.10, # the relative effect the power sentence is about (the one `seed_comparison` used)
+    headline=HEADLINE, # the (metric, summary) pairs the verdict is about
+) -> str: # Markdown
+    "What the runs show, in a few sentences computed from the tables: learning, each headline difference, the verdict."
+    if cs.empty: return "**No run has landed yet**, so there is nothing to report: every table above is empty."
+    c = cs.set_index("config"); out = []
+    if c.final_pass1.notna().any():
+        out.append("**Learning.** " + "; ".join(
+            f"{k}: held-out pass@1 {_fmt(r.base_pass1)} before training, {_fmt(r.final_pass1)} at the end "
+            f"({_fmt(r.final_pass1 - r.base_pass1, '{:+.3f}')}), {_fmt(r.area_pass1)} "
+            f"over the run ({r.seeds} seed{'s' if r.seeds != 1 else ''})" for k, r in c.iterrows()) + ".")
+    else: out.append("**These runs have no held-out evaluation**: only the training-side rewards can be compared.")
+    if sc.empty:
+        out.append(f"**No comparison yet.** Only {', '.join(f'{k} (seed{chr(115) if r.seeds != 1 else str()} {r.seed_list})' for k, r in c.iterrows())} "
+                   "has runs: no seed has run two configurations, so nothing can be said about sharing.")
+        return "\n\n".join(out)
+    for a, s in sc.groupby("config_a", sort=False):
+        b = s.config_b.iloc[0]; lines = []
+        for r in s.itertuples():
+            if r.seeds == 0: continue
+            ci = "" if pd.isna(r.diff_low) else f", 95% interval over seeds [{r.diff_low:+.3g}, {r.diff_high:+.3g}]"
+            rel = "" if pd.isna(r.rel_pct) else f" ({r.rel_pct:+.1f}%)"
+            p = (f"p = {r.p_value:.3g} (sign-flip{', the smallest these seeds can give' if r.p_value <= r.min_p + 1e-12 else ''})"
+                 if r.can_reject else
+                 f"no p-value: {r.seeds} seed{'s' if r.seeds != 1 else ''} cannot reach p ≤ {alpha:g}")
+            line = (f"- **{r.label}**: {r.mean_a:.4g} against {r.mean_b:.4g}, a difference of {r.diff:+.3g}{rel}{ci}; "
+                    f"{a} ahead in {r.seeds_ahead} of {r.seeds} seed{'s' if r.seeds != 1 else ''}; {p}.")
+            if r.metric == "reward_train" and a in c.index and pd.notna(c.artefact_pct[a]):
+                line += (f" Nodes that never learn would show {c.artefact_pct[a]:+.1f}% on it from the selection rule alone, "
+                         f"at {a}'s early success rate of {c.base_rate[a]:.2f}: read the two side by side.")
+            lines.append(line)
+        if a in c.index and pd.notna(c.effective_J[a]):
+            lines.append(f"- **Batch.** {a} trained on {c.effective_J[a]:.2f} external groups a round (J = {c.J[a]:.0f}), "
+                         f"{c.batch_groups[a]:.2f} groups in all, against {c.batch_groups[b]:.2f} for {b}.")
+        out.append(f"**{a} against {b}, paired by seed** (one number per swarm run; a percentile bootstrap over a handful of "
+                   "seeds is too narrow, so the sign-flip test decides):\n\n" + "\n".join(lines))
+        head = s[[(m, u) in set(headline) for m, u in zip(s.metric, s.summary)]]
+        n = int(head.seeds.max()) if len(head) else 0
+        first = head[head.seeds_needed.notna()]
+        power = (f" At the spread between seeds seen so far, a {100 * effect:+.0f}% effect on {first.label.iloc[0]} needs "
+                 f"{first.seeds_needed.iloc[0]:.0f} seeds." if len(first) else
+                 " Fewer than two paired seeds give no spread between seeds, so the seeds an effect needs cannot be estimated yet.")
+        need = seeds_for_alpha(alpha)
+        if n == 0: verdict = "**No conclusion**: no seed has run both configurations with these metrics."
+        elif n < need:
+            verdict = (f"**Underpowered: no conclusion yet.** With {n} paired seed{'s' if n != 1 else ''} no two-sided test "
+                       f"can reach p ≤ {alpha:g} (the smallest possible p is {min_p_value(n):.3g}); that takes {need} seeds.")
+        else:
+            sig = head[head.can_reject & (head.p_value <= alpha)]
+            said = [f"{a} is {side} {b} on " + ", ".join(f"{r.label} (p = {r.p_value:.3g})" for r in g.itertuples())
+                    for side, g in (("above", sig[sig["diff"] > 0]), ("below", sig[sig["diff"] < 0])) if len(g)]
+            verdict = ("**" + "; ".join(said) + f"** at {n} paired seeds (each metric tested at {alpha:g}, no correction for "
+                       f"testing {len(head)})." if len(sig) else
+                       f"**No significant difference** between {a} and {b} on the headline metrics at {n} paired seeds "
+                       f"(each tested at {alpha:g}).")
+        out.append(verdict + power)
+    return "\n\n".join(out)
 
 # %% ../nbs/09_analysis.ipynb #f75ba326
 def effective_window(
@@ -521,6 +692,47 @@ def fig_adaptive_j(
                       xaxis_title="round", yaxis_title="J")
     return fig
 
+def held_out_curves(
+    df:pd.DataFrame, # from `load_runs`
+    metric:str="eval_pass1", # an evaluation column; its base value is read from `statistics.base_column(metric)`
+) -> pd.DataFrame: # config, seed, rounds_trained, pass1 (mean over the agents evaluated), agents
+    "Each run's held-out curve: the base evaluation at 0 rounds trained, round r's evaluation at r + 1."
+    cols, parts = ["config", "seed", "rounds_trained", "pass1", "agents"], []
+    for col, shift in ((base_column(metric), 0), (metric, 1)):
+        if col in df.columns:
+            e = df.dropna(subset=[col]); parts.append(e.assign(rounds_trained=e["round"] + shift, pass1=e[col]))
+    t = pd.concat(parts) if parts else pd.DataFrame()
+    if t.empty: return pd.DataFrame(columns=cols)
+    t = t.groupby(["config", "seed", "rounds_trained"]).agg(pass1=("pass1", "mean"), agents=("node_id", "nunique")).reset_index()
+    return _sorted_by_config(t, df)[cols]
+
+def fig_held_out(
+    df:pd.DataFrame, # from `load_runs`
+    metric:str="eval_pass1", # the evaluation column to draw
+):
+    "Held-out pass@1 against rounds trained per configuration: a line per seed, the mean over seeds, a min/max band over seeds."
+    import plotly.graph_objects as go
+    cur, fig = held_out_curves(df, metric), go.Figure()
+    pal = _palette(config_order(df)) if not cur.empty else {}
+    for c, g in cur.groupby("config", sort=False):
+        band, n = g.groupby("rounds_trained").pass1.agg(["mean", "min", "max"]).reset_index(), g.seed.nunique()
+        fig.add_trace(go.Scatter(x=band.rounds_trained, y=band["max"], mode="lines", line=dict(width=0), showlegend=False,
+                                 legendgroup=str(c), hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=band.rounds_trained, y=band["min"], mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor=_rgba(pal[c], 0.18), showlegend=False, legendgroup=str(c), hoverinfo="skip"))
+        for s, gs in g.groupby("seed"):
+            fig.add_trace(go.Scatter(x=gs.rounds_trained, y=gs.pass1, mode="lines+markers", line=dict(color=pal[c], width=1),
+                                     marker=dict(size=4), opacity=0.45, showlegend=False, legendgroup=str(c),
+                                     hovertemplate=f"{c} · seed {s}<br>%{{x}} rounds trained: %{{y:.3f}}<extra></extra>"))
+        fig.add_trace(go.Scatter(x=band.rounds_trained, y=band["mean"], mode="lines", line=dict(color=pal[c], width=3),
+                                 legendgroup=str(c), name=f"{c} (mean of {n} seed{'s' if n != 1 else ''})",
+                                 hovertemplate=f"{c} mean<br>%{{x}} rounds trained: %{{y:.3f}}<extra></extra>"))
+    if cur.empty: fig.add_annotation(text="no held-out evaluations in these runs", showarrow=False, xref="paper", yref="paper",
+                                     x=0.5, y=0.5)
+    fig.update_layout(title="Held-out greedy pass@1 (mean over agents); band: lowest to highest seed", template="plotly_white",
+                      xaxis_title="rounds trained", yaxis_title="held-out pass@1", hovermode="closest")
+    return fig
+
 # %% ../nbs/09_analysis.ipynb #8393aa56
 def compare_with_paper(
     df:pd.DataFrame, # from `load_runs`
@@ -563,19 +775,6 @@ def run_summary(df:pd.DataFrame) -> pd.DataFrame:
                   seconds_per_round=g.seconds_total.mean())
     return t.reindex(config_order(df)).reset_index(names="config")
 
-def _seed_table(sc:pd.DataFrame, alpha:float) -> pd.DataFrame:
-    "`seed_comparison` as the report prints it: intervals in brackets, and no p-value where the seeds cannot reach `alpha`."
-    ci = lambda v, lo, hi, f: "–" if pd.isna(v) else f(v) + ("" if pd.isna(lo) else f" [{f(lo)}, {f(hi)}]")
-    pct, num = lambda v: f"{v:+.1f}%", lambda v: f"{v:+.4g}"
-    return pd.DataFrame({
-        "metric": sc.metric + " (" + sc.summary + ")", "config": sc.config_a, "seeds": sc.seeds,
-        "mean": sc.mean_a, "baseline mean": sc.mean_b,
-        "improvement [95% CI]": [ci(r.rel_pct, r.rel_low_pct, r.rel_high_pct, pct) for r in sc.itertuples()],
-        "difference [95% CI]": [ci(r.diff, r.diff_low, r.diff_high, num) for r in sc.itertuples()],
-        "p (sign-flip)": ["–" if pd.isna(r.p_value) else f"{r.p_value:.3g}" if r.can_reject
-                          else f"n/a: min p {r.min_p:.3g} > {alpha:g}" for r in sc.itertuples()],
-        "seeds for +10%": sc.seeds_needed})
-
 def _table(t:pd.DataFrame) -> str:
     t = t.apply(lambda s: s.astype(float) if pd.api.types.is_extension_array_dtype(s) and pd.api.types.is_numeric_dtype(s) else s)
     return t.to_html(index=False, border=0, na_rep="–", float_format=lambda v: f"{v:.2f}" if abs(v) >= 10 else f"{v:.4g}")
@@ -599,7 +798,8 @@ def write_report(
     out = Path(out_html) if out_html is not None else (path if path.is_dir() else path.parent) / "report.html"
     base = resolve_config(df, baseline)
     imp = improvement(df, base, n_boot=n_boot)
-    art = artefact_at_base_rates(df, rounds=artefact_rounds).set_index("config")
+    cs = config_summary(df, base, artefact_rounds=artefact_rounds)
+    art = cs.set_index("config").rename(columns={"base_rate": "p"})
     cum = imp[["config", "runs", "agents", "cumulative_reward", "improvement_pct", "cumulative_local", "local_improvement_pct"]].assign(
         base_rate=imp.config.map(art.p), artefact_pct=imp.config.map(art.artefact_pct))
     sc = seed_comparison(df, base, alpha=alpha, effect=effect, n_boot=n_boot)
@@ -609,13 +809,24 @@ def write_report(
     aha_sum = aha.groupby("config", sort=False).agg(agents=("node_id", "size"), jumped=("jump_round", "count"),
                                                    first_jump=("jump_round", "min"), median_lag=("lag", "median"),
                                                    max_lag=("lag", "max")).reset_index()
-    figs = [("Learning curves (moving average)", fig_moving_average(df, window)), ("Raw reward per agent", fig_rewards(df)),
+    held_out = bool(df.eval_pass1.notna().any())
+    figs = [("Held-out pass@1", fig_held_out(df))] if held_out else []
+    figs += [("Learning curves (moving average)", fig_moving_average(df, window)), ("Raw reward per agent", fig_rewards(df)),
             ("Cumulative reward", fig_cumulative(df, base, intervals=False, n_boot=n_boot)), ("Time per phase", fig_phase_times(df))]
     if not adaptive_agents(df).empty: figs.append(("Adaptive J", fig_adaptive_j(df)))
     e = html.escape
     parts = [f"<h1>SAPO report</h1><p class='note'>{e(str(path.resolve()))} · {df.run.nunique()} runs · "
              f"{len(df)} agent-rounds · written {time.strftime('%Y-%m-%d %H:%M')}</p>",
              "<h2>Runs</h2>", _table(run_summary(df)),
+             f"<h2>Headline: one row per configuration (baseline {e(str(base))})</h2>",
+             "<p class='note'>Means over each configuration's seeds of one number per swarm run; <b>_sd</b>: standard deviation "
+             "between seeds. <b>base_pass1</b>, <b>final_pass1</b>, <b>area_pass1</b>: held-out greedy pass@1 of the base policy, "
+             "after the last round, and its mean over the run (normalized area under the held-out curve from the base "
+             "evaluation). <b>reward_local_sum</b>: Σ over agents and rounds of the mean reward of each agent's own completions. "
+             "<b>paper_metric</b>: the paper's cumulative reward_train; <b>paper_vs_baseline_pct</b> its rise over the baseline "
+             "on the seeds both ran, beside <b>artefact_pct</b>, the rise nodes that never learn would show at the early success "
+             "rate <b>base_rate</b>. <b>effective_J</b>: mean external groups trained on per node-round; <b>batch_groups</b>: mean "
+             "I + effective J.</p>", _table(cs),
              f"<h2>Cumulative reward and improvement over {e(str(base))}</h2>",
              "<p class='note'><b>cumulative_reward</b> (the paper's metric): Σ over agents and rounds of the agent's mean "
              "reward over its training batch (local + external completions), averaged over runs. <b>cumulative_local</b>: the "
@@ -626,15 +837,17 @@ def write_report(
              _table(cum),
              f"<h2>Statistics (unit: {e(UNIT)})</h2>",
              "<p class='note'>Agents of one swarm train on the same shared groups and are not independent: the unit is the swarm "
-             "run, one number per seed, and configurations are compared on the seeds both ran. eval_pass1 (final): held-out greedy "
-             "pass@1 at each agent's last evaluation, mean over agents. reward_local / reward_train (sum): Σ over agents and rounds. "
+             "run, one number per seed, and configurations are compared on the seeds both ran. Held-out pass@1, final: greedy "
+             "pass@1 at each agent's last evaluation, mean over agents; area: the normalized area under each agent's held-out "
+             "curve from the base evaluation, mean over agents. Cumulative reward_local, and reward_train (the paper's metric, "
+             "shown beside its no-learning artefact): Σ over agents and rounds. "
              f"Intervals: bootstrap {n_boot}× over seeds (percentile, 95%; too narrow with few seeds). p: paired sign-flip "
              f"permutation test, two-sided, exact up to 13 seeds. With n seeds it cannot go below 2/2ⁿ, so fewer than "
              f"{seeds_for_alpha(alpha)} seeds cannot reach {alpha:g}: such rows show n/a and the smallest possible p. "
              f"Seeds for +{100 * effect:.0f}%: normal approximation of a paired t-test at 80% power from the between-seed sd of "
              "the differences.</p>",
-             _table(_seed_table(sc, alpha)) if len(sc) else "<p>No configuration to compare with the baseline.</p>",
-             "<ul>" + "".join(f"<li><b>{e(r.metric)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>" for r in sc.itertuples()) + "</ul>",
+             _table(seed_table(sc, alpha, art.artefact_pct.to_dict())) if len(sc) else "<p>No configuration to compare with the baseline.</p>",
+             "<ul>" + "".join(f"<li><b>{e(r.label)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>" for r in sc.itertuples()) + "</ul>",
              "<h2>Against the paper</h2><p class='note'>Matched by the share of external rollouts J/(I+J). Absolute "
              "cumulative rewards scale with agents × rounds and task difficulty; compare improvements and mean reward "
              "per agent-round; ours_artefact_pct is the no-learning artefact at our base rate (see above).</p>", _table(cmp),

@@ -12,8 +12,8 @@ from .sampler import get_strategy  # the node's own selection rules, by name
 
 # %% auto #0
 __all__ = ['SUMMARIES', 'UNIT', 'simulate_no_learning', 'selection_artefact', 'expected_artefact', 'artefact_table',
-           'early_rounds', 'base_rate', 'per_seed', 'paired_by_seed', 'min_p_value', 'seeds_for_alpha',
-           'sign_flip_test', 'paired_bootstrap', 'seed_power', 'compare_by_seed']
+           'early_rounds', 'base_rate', 'base_column', 'curve_area', 'per_seed', 'paired_by_seed', 'min_p_value',
+           'seeds_for_alpha', 'sign_flip_test', 'paired_bootstrap', 'seed_power', 'compare_by_seed']
 
 # %% ../nbs/09a_statistics.ipynb #484b4edf
 def _check_p(p):
@@ -122,23 +122,55 @@ def base_rate(
     return pd.Series(out, name="p", dtype=float)
 
 # %% ../nbs/09a_statistics.ipynb #a4af89d2
-SUMMARIES = ("sum", "mean", "final")  # how `per_seed` reduces a run to one number
+SUMMARIES = ("sum", "mean", "final", "area")  # how `per_seed` reduces a run to one number
+
+def base_column(
+    metric:str, # a column of the tidy table
+) -> str|None:
+    "The column with the base policy's value of an evaluation metric: `eval_base_x` for `eval_x`; None for any other."
+    return "eval_base_" + metric[5:] if metric.startswith("eval_") and not metric.startswith("eval_base_") else None
+
+def curve_area(
+    x, # positions on the curve (rounds trained), in any order
+    y, # the values there
+) -> float:
+    "The trapezoid area under the points (x, y), divided by their span: the mean of the piecewise-linear curve."
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y); x, y = x[keep], y[keep]
+    if len(x) == 0: return math.nan
+    o = np.argsort(x, kind="stable"); x, y = x[o], y[o]
+    if x[-1] == x[0]: return float(y.mean())  # one point: its value
+    return float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum() / (x[-1] - x[0]))
+
+def _area_per_agent(df:pd.DataFrame, d:pd.DataFrame, metric:str, agent:list) -> pd.Series:
+    "Each agent's `curve_area` of `metric`: round r's value after r + 1 updates, the base value (if any) at its own round."
+    ev = d.dropna(subset=["value"]); ev = ev.assign(x=ev["round"] + 1.0)
+    b = base_column(metric)
+    if b in df.columns:
+        base = d[[*agent, "round"]].assign(value=pd.to_numeric(df[b], errors="coerce").astype(float)).dropna(subset=["value"])
+        base = base.sort_values("round").drop_duplicates(agent).assign(x=lambda t: t["round"].astype(float))
+        base = base.merge(ev[agent].drop_duplicates(), on=agent)  # an agent never evaluated after training has no area
+        ev = pd.concat([base, ev], ignore_index=True)
+    area = {k: curve_area(g.x, g.value) for k, g in ev.groupby(agent, sort=True)}
+    return pd.Series(list(area.values()), index=pd.MultiIndex.from_tuples(list(area), names=agent), dtype=float)
 
 def per_seed(
     df:pd.DataFrame, # tidy metrics: config, seed, run, node_id, round and `metric`
     metric:str="reward_train", # any numeric column
-    summary:str="sum", # 'sum' over agents and rounds, 'mean' over agent-rounds, or 'final' (last value per agent, mean over agents)
+    summary:str="sum", # 'sum' over agents and rounds, 'mean' over agent-rounds, 'final' (last value per agent) or 'area' (normalized area per agent), the last two averaged over agents
 ) -> pd.DataFrame: # config, seed, value, runs, agents, values (how many non-missing values went in)
     "One number per configuration and seed: the swarm run as the unit."
     if summary not in SUMMARIES: raise ValueError(f"summary: got {summary!r}; allowed: {', '.join(SUMMARIES)}")
     missing = [c for c in ("config", "seed", "run", "node_id", "round", metric) if c not in df.columns]
     if missing: raise ValueError(f"metric table lacks column(s) {', '.join(map(repr, missing))}")
-    keys = ["config", "seed", "run"]
+    keys = ["config", "seed", "run"]; agent = [*keys, "node_id"]
     d = df[[*keys, "node_id", "round"]].assign(value=pd.to_numeric(df[metric], errors="coerce").astype(float))
     g = d.groupby(keys, sort=True)
-    if summary == "final":
-        last = d.dropna(subset=["value"]).sort_values("round").groupby([*keys, "node_id"]).value.last()
-        value = last.groupby(level=keys).mean().reindex(g.size().index)
+    if summary in ("final", "area"):
+        per_agent = (d.dropna(subset=["value"]).sort_values("round").groupby(agent).value.last() if summary == "final"
+                     else _area_per_agent(df, d, metric, agent))
+        value = (per_agent.groupby(level=keys).mean().reindex(g.size().index) if len(per_agent)
+                 else pd.Series(np.nan, index=g.size().index))
     else: value = g.value.sum(min_count=1) if summary == "sum" else g.value.mean()
     runs = pd.DataFrame(dict(value=value, agents=g.node_id.nunique(), values=g.value.count())).reset_index()
     out = runs.groupby(["config", "seed"], sort=True).agg(value=("value", "mean"), runs=("run", "nunique"),
@@ -279,6 +311,7 @@ def compare_by_seed(
             dict(p_value=math.nan, exact=False, min_p=math.nan, can_reject=False, note="no seed ran both configurations"))
     pw = seed_power(pairs["diff"], boot["mean_b"], effect, alpha, power)
     return dict(metric=metric, summary=summary, config_a=config_a, config_b=config_b, unit=UNIT, seeds=len(pairs),
+                seeds_ahead=int((pairs["diff"] > 0).sum()), seeds_behind=int((pairs["diff"] < 0).sum()),
                 **{k: v for k, v in boot.items() if k != "n"}, p_value=test["p_value"], exact=test["exact"], min_p=test["min_p"],
                 can_reject=test["can_reject"], note=test["note"], seeds_needed=pw["seeds_needed"],
                 detectable_pct=pw["detectable_pct"], power_statement=pw["statement"])

@@ -156,3 +156,13 @@ def test_compare_by_seed_is_paired():
                                       lambda x, y: np.mean(x) - np.mean(y), n_resamples=5000, rng=0).pvalue
     assert unpaired > 0.5
     assert list(paired_by_seed(df, "reward_local", "shared", "base")["diff"].round(9)) == [0.5] * 8
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 200), st.floats(0, 1)), min_size=2, max_size=8, unique_by=lambda t: t[0]))
+def test_curve_area_is_the_mean_of_the_interpolated_curve(points):
+    # the held-out 'area' summary, against the mean of the same piecewise-linear curve sampled densely by numpy
+    from sapo_nb.statistics import curve_area
+    x, y = map(np.array, zip(*sorted(points)))
+    grid = np.linspace(x[0], x[-1], 400_001)
+    assert abs(curve_area(*map(np.array, zip(*points))) - np.interp(grid, x, y).mean()) < 1e-4
