@@ -23,6 +23,7 @@ CHOICES = dict(
     device=("auto", "cpu", "cuda"),
     dtype=("auto", "float32", "bfloat16", "float16"),
     compute_dtype=("auto", "float32", "bfloat16"),
+    tracker=("none", "tensorboard", "wandb", "trackio"),
 )
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # node ids and experiment names: safe as file names
 
@@ -99,11 +100,13 @@ class SAPOConfig:
     # --- held-out evaluation
     eval_every: int = _f(10, "rounds between held-out evaluations (greedy pass@1 on the fixed evaluation set), also at round 0 and the last round; 0: never")
     eval_questions: int = _f(64, "size of the held-out evaluation set: the same questions for every node, configuration and seed")
+    # --- experiment tracking
+    tracker: str = _f("none", "also send each metrics row to an experiment tracker: 'none', 'tensorboard' (event files in `<root>/<experiment>/tracker/<node_id>/`), 'wandb' (offline unless WANDB_MODE says otherwise) or 'trackio' (its local store); metrics.jsonl stays the record, and a tracker that fails turns itself off")
     # --- checkpoints and hardware
     checkpoint_every: int = _f(10, "rounds between checkpoints (0: never)")
     device: str = _f("auto", "'auto' (CUDA if present), 'cpu' or 'cuda'")
     dtype: str = _f("auto", "weights (and optimizer state): 'auto' = float32, so small updates are not rounded away; 'bfloat16' or 'float16' halve memory")
-    compute_dtype: str = _f("auto", "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware has it (CUDA, CPUs with AMX/AVX512-BF16), else float32")
+    compute_dtype: str = _f("auto", "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware runs it natively (CUDA GPUs of compute capability 8.0+, CPUs with AMX/AVX512-BF16), else float32")
 
     def __post_init__(self):
         self.tasks, self.initial_peers = tuple(self.tasks), tuple(self.initial_peers)

