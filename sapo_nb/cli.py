@@ -61,25 +61,40 @@ def demo(cfg:SAPOConfig, questions:int=4, log=print) -> float:
     return mean
 
 # %% ../nbs/11_cli.ipynb #6d7e46ef
+def _positive(text:str) -> int:
+    try: n = int(text)
+    except ValueError: n = 0
+    if n < 1: raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a whole number >= 1")
+    return n
+
+def _folder_args(parser):
+    parser.add_argument("--root", default=None, help="pool root (default: SAPO_ROOT or sapo_runs)")
+    parser.add_argument("--experiment", default=None, help="experiment name (default: SAPO_EXPERIMENT or sapo)")
+    return parser
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sapo", description="SAPO: decentralized RL post-training that shares decoded rollouts.")
     sub = p.add_subparsers(dest="command", required=True)
     d = add_config_args(sub.add_parser("demo", help="answer a few questions with the model, with rewards"))
     d.add_argument("--questions", type=int, default=4, help="questions to answer")
-    add_config_args(sub.add_parser("node", help="run one node"))
+    n = add_config_args(sub.add_parser("node", help="run one node"))
+    n.add_argument("--threads", type=_positive, default=None, help="CPU threads for this node (default: torch's, one per core)")
     s = add_config_args(sub.add_parser("swarm", help="run several nodes on this machine"))
     s.add_argument("--nodes", type=int, default=3, help="nodes to start (node-0, node-1, ...)")
     s.add_argument("--mode", choices=["inline", "process"], default="inline", help="one process taking turns, or a process per node")
     s.add_argument("--override", action="append", default=[], metavar="NODE:FIELD=VALUE,...", help="per-node config, repeatable")
+    s.add_argument("--threads", type=_positive, default=None,
+                   help="CPU threads of each node process (process mode; default: cores // nodes) or of the one process (inline; default: torch's)")
+    s.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep the checkpoints of a finished run (to extend it later, or keep the weights); a run stopped part-way always keeps them")
     from sapo_nb.experiments import add_experiment_args  # light: no torch
     add_experiment_args(sub.add_parser("experiment", help="run a plan (every configuration x seed), resumable"))
     rp = sub.add_parser("report", help="write a self-contained HTML report of the runs under a folder")
     rp.add_argument("path", help="an experiment folder, or a folder of runs")
     rp.add_argument("--out", default=None, help="where to write the report (default: PATH/report.html)")
     rp.add_argument("--window", type=int, default=100, help="moving-average window in rounds (clipped for short runs)")
-    st = sub.add_parser("status", help="show the nodes of a swarm folder")
-    st.add_argument("--root", default=None, help="pool root (default: SAPO_ROOT or sapo_runs)")
-    st.add_argument("--experiment", default=None, help="experiment name (default: SAPO_EXPERIMENT or sapo)")
+    _folder_args(sub.add_parser("status", help="show the nodes of a swarm folder"))
+    _folder_args(sub.add_parser("clean", help="remove a run's checkpoints, keeping its metrics, pool and configs"))
     return p
 
 def main(argv=None) -> int:
@@ -87,9 +102,10 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from sapo_nb.node import NodeRunning, CheckpointError  # light: torch is imported only when a node starts
     try:
-        if args.command == "status":
+        if args.command in ("status", "clean"):
+            cfg = load_config(**{k: v for k, v in (("root", args.root), ("experiment", args.experiment)) if v is not None})
+            if args.command == "clean": return _clean(cfg)
             from sapo_nb.swarm import swarm_status, format_status
-            cfg = load_config(root=args.root, experiment=args.experiment) if args.root or args.experiment else load_config()
             print(format_status(swarm_status(cfg.root, cfg.experiment))); return 0
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
@@ -104,6 +120,9 @@ def main(argv=None) -> int:
         if args.command == "node":
             from sapo_nb.node import SwarmNode
             _sigterm_as_interrupt()
+            if args.threads:
+                from sapo_nb.swarm import set_threads
+                set_threads(args.threads); print(f"{cfg.node_id}: {args.threads} CPU thread{'s' if args.threads > 1 else ''}", flush=True)
             SwarmNode(cfg).run(); return 0
         return _swarm(cfg, args)
     except (ConfigError, NodeRunning, CheckpointError) as e:  # a bad flag, a node id already running, no intact checkpoint
@@ -115,18 +134,63 @@ def _sigterm_as_interrupt():
     import signal
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
+# %% ../nbs/11_cli.ipynb #a93ce6fa
 def _swarm(cfg, args) -> int:
-    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, swarm_status, format_status, pool_shortfall
+    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall
     from sapo_nb.node import experiment_dir
     cfgs = node_configs(cfg, args.nodes, args.override)
     t0 = time.perf_counter()
     print(f"sapo swarm: {args.nodes} nodes ({args.mode}), {cfg.rounds} rounds, model {cfg.model}, "
           f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, results in {experiment_dir(cfg)}")
     if args.mode == "process" and (warning := pool_shortfall(cfgs)): print(warning)  # inline mode logs it itself
-    if args.mode == "inline": codes = {k: 0 if v == "done" else 1 for k, v in run_inline(cfgs).items()}
-    else: codes = ProcessSwarm(cfgs).start().wait()
-    print(f"\nfinished in {time.perf_counter() - t0:.0f} s\n" + format_status(swarm_status(cfg.root, cfg.experiment)))
-    print(f"\nmetrics: {experiment_dir(cfg)}/logs/<node>/metrics.jsonl  (watch: sapo status --root {cfg.root} --experiment {cfg.experiment})")
+    if args.mode == "inline":
+        if args.threads:
+            from sapo_nb.swarm import set_threads
+            set_threads(args.threads)
+        codes = {k: 0 if v == "done" else 1 for k, v in run_inline(cfgs).items()}
+    else: codes = ProcessSwarm(cfgs, threads=args.threads).start().wait()
+    print(f"\nfinished in {time.perf_counter() - t0:.0f} s")
     failed = [k for k, v in codes.items() if v != 0]
+    _ending(cfg, [c.node_id for c in cfgs], keep_checkpoints=args.keep_checkpoints or bool(failed))
     if failed: print(f"sapo swarm: node(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
+    "What a run prints at its end: status, what happened, disk used and freed, where the results are."
+    from sapo_nb.swarm import swarm_status, format_status, run_summary, format_summary, disk_usage, format_bytes, remove_checkpoints
+    from sapo_nb.node import experiment_dir
+    import shlex
+    exp, status = experiment_dir(cfg), swarm_status(cfg.root, cfg.experiment)
+    out(format_status(status))
+    out("\nwhat happened (mean reward over the first and the last rounds; held-out accuracy before and after training):\n"
+        + format_summary(run_summary(cfg.root, cfg.experiment)))
+    used = disk_usage(exp)
+    finished = {s["node"] for s in status if s["state"] == "done"} >= set(nodes)
+    if finished and not keep_checkpoints:
+        freed = sum(remove_checkpoints(cfg.root, cfg.experiment, log=out).values())
+        out(f"\ndisk: {format_bytes(used)} under {exp} at the end of the run; checkpoints removed ({format_bytes(freed)}), "
+            f"{format_bytes(disk_usage(exp))} left\n      a finished run needs no checkpoint to resume; --keep-checkpoints keeps them "
+            "(to extend the run, or keep the trained weights)")
+    elif finished:
+        out(f"\ndisk: {format_bytes(used)} under {exp}, checkpoints kept (sapo clean --root {shlex.quote(str(cfg.root))} "
+            f"--experiment {cfg.experiment} removes them)")
+    else:
+        out(f"\ndisk: {format_bytes(used)} under {exp}; checkpoints kept: the run stopped before its last round, and the same command resumes it")
+    out(f"metrics: {exp}/logs/<node>/metrics.jsonl\nreport:  sapo report {shlex.quote(str(exp))}")
+
+# %% ../nbs/11_cli.ipynb #2f383dd8
+def _clean(cfg) -> int:
+    "`sapo clean`: remove the run's checkpoints, print what that freed and what is left; 1 if a running node kept its own."
+    from sapo_nb.swarm import remove_checkpoints, disk_usage, format_bytes, swarm_status
+    from sapo_nb.node import experiment_dir
+    exp = experiment_dir(cfg)
+    if not exp.is_dir(): print(f"sapo clean: {exp} is not a folder", file=sys.stderr); return 2
+    unfinished = [f"{s['node']} ({s['rounds']}/{s['total_rounds'] or '?'} rounds)" for s in swarm_status(cfg.root, cfg.experiment)
+                  if s["state"] != "done"]
+    kept = []
+    freed = remove_checkpoints(cfg.root, cfg.experiment, log=lambda line: (kept.append(line), print(line)))
+    for node, size in freed.items(): print(f"{node}: {format_bytes(size)} of checkpoints removed")
+    print(f"freed {format_bytes(sum(freed.values()))}; {format_bytes(disk_usage(exp))} left under {exp} (metrics, pool, configs)")
+    if unfinished and freed:
+        print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
+    return 1 if any("the node runs" in k for k in kept) else 0

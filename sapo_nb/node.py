@@ -198,8 +198,8 @@ CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "state.json")
 def _digest(path) -> dict:
     with open(path, "rb") as f: return dict(bytes=os.fstat(f.fileno()).st_size, sha256=hashlib.file_digest(f, "sha256").hexdigest())
 
-def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=2) -> Path:
-    "Write a complete checkpoint of round `round` under `folder` atomically; keep the newest `keep`."
+def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1) -> Path:
+    "Write a complete checkpoint of round `round` under `folder` atomically; once it verifies, keep only the newest `keep`."
     import torch
     from safetensors.torch import save_file
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
@@ -214,7 +214,12 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=2)
     atomic_write(tmp / "complete", json.dumps(dict(files={n: _digest(tmp / n) for n in CHECKPOINT_FILES})))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for old in sorted(_checkpoints(folder))[:-keep]: shutil.rmtree(folder / f"round_{old}", ignore_errors=True)
+    try: verify_checkpoint(final)
+    except CheckpointError: shutil.rmtree(final, ignore_errors=True); raise  # the older checkpoints stay
+    before = sorted(r for r in _checkpoints(folder) if r < round)
+    kept = set(before[len(before) - keep + 1:]) if keep > 1 else set()
+    for old in _checkpoints(folder):  # later rounds too: a future the node resumed from before (a damaged one)
+        if old != round and old not in kept: shutil.rmtree(folder / f"round_{old}", ignore_errors=True)
     return final
 
 def _untie(tensors:dict) -> dict:

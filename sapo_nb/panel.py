@@ -10,7 +10,8 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, preset, valid_name
 from .node import atomic_write, experiment_dir, open_regular
-from .swarm import ProcessSwarm, node_configs, parse_override, progress_line, valid_metrics_row, _finite
+from .swarm import (ProcessSwarm, UnsupportedPlatform, node_configs, node_state, parse_override, planned_rounds, progress_line,
+                           read_json_file, require_process_groups, valid_metrics_row, _finite)
 
 # %% auto #0
 __all__ = ['DRIVE_ROOT', 'PID_FILE', 'FORM_FIELDS', 'in_colab', 'default_root', 'MetricsReader', 'moving_average', 'NodeSeries',
@@ -94,28 +95,6 @@ class NodeSeries:
         return len(rows)
 
 # %% ../nbs/10_panel.ipynb #91272904
-def _read_json(path, limit:int=1 << 20):
-    "The JSON value in regular file `path` if the file has at most `limit` bytes and parses, else None."
-    f = open_regular(path)
-    if f is None: return None
-    with f: data = f.read(limit + 1)
-    if len(data) > limit: return None
-    try: return json.loads(data)
-    except (ValueError, RecursionError): return None
-
-def _run_length(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 2**53
-
-def _rounds_of(exp:Path) -> dict:
-    "{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`; entries of the wrong shape left out."
-    out, swarm = {}, _read_json(exp / "config.json")
-    nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
-    for c in nodes if isinstance(nodes, list) else []:
-        if isinstance(c, dict) and isinstance(c.get("node_id"), str) and _run_length(c.get("rounds")): out[c["node_id"]] = c["rounds"]
-    for p in (exp / "logs").glob("*/config.json"):
-        c = _read_json(p) if p.parent.name not in out else None
-        if isinstance(c, dict) and _run_length(c.get("rounds")): out[p.parent.name] = c["rounds"]
-    return out
-
 class SwarmWatcher:
     "The series and status of every node of `<root>/<experiment>`, kept up to date incrementally."
     def __init__(self, root, experiment:str, window:int=100):
@@ -131,7 +110,7 @@ class SwarmWatcher:
         for name, series in self.nodes.items():
             n = series.update()
             if n or series.reader.restarted: changed[name] = n
-        if changed or not self.total_rounds: self.total_rounds = _rounds_of(self.dir)
+        if changed or not self.total_rounds: self.total_rounds = planned_rounds(self.dir)
         return changed
 
     def status(self, states:dict|None=None, now:float|None=None, stale_after:float|None=None) -> list:
@@ -143,15 +122,15 @@ class SwarmWatcher:
             total = self.total_rounds.get(name)
             row = dict(node=name, rounds=len(s.rewards) if s else 0, last_round=None, reward=None, seconds_per_round=None,
                        idle_seconds=None, stale=False, skipped=s.reader.bad if s else 0, total_rounds=total, eta_seconds=None)
+            seen = node_state(last, total, now, stale_after)  # from the rows alone: 'done', 'stale', 'alive' or '-'
             if last is not None:
-                spr = last["seconds"]["total"]; age = now - last["time"]
-                row.update(last_round=last["round"], reward=last.get("reward_train"), seconds_per_round=spr, idle_seconds=age,
-                           stale=age > (stale_after if stale_after is not None else max(60.0, 3 * spr)))
+                spr = last["seconds"]["total"]
+                row.update(last_round=last["round"], reward=last.get("reward_train"), seconds_per_round=spr,
+                           idle_seconds=now - last["time"], stale=seen == "stale")
                 if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * spr
-            finished = total is not None and last is not None and last["round"] + 1 >= total
             proc = states.get(name)
-            row["state"] = ("done" if finished and proc != "running" else "stopped" if proc == "exited"
-                            else ("starting" if proc else "-") if last is None else "stale" if row["stale"] else proc or "alive")
+            row["state"] = ("done" if seen == "done" and proc != "running" else "stopped" if proc == "exited"
+                            else ("starting" if proc else "-") if last is None else "stale" if seen == "stale" else proc or "alive")
             out.append(row)
         return out
 
@@ -203,7 +182,7 @@ def _pid_entry(e) -> bool:
 
 def read_pid_file(exp) -> dict:
     "The `panel_pids.json` of `exp`: {'host', 'launched_at', 'nodes': {node: {pid, create_time}}}; malformed entries left out."
-    d = _read_json(Path(exp) / PID_FILE, limit=1 << 20)
+    d = read_json_file(Path(exp) / PID_FILE, limit=1 << 20)
     if not isinstance(d, dict) or not isinstance(d.get("host"), str) or not isinstance(d.get("nodes"), dict): return {}
     nodes = {n: dict(pid=e["pid"], create_time=e["create_time"]) for n, e in d["nodes"].items() if valid_name(n) and _pid_entry(e)}
     return dict(host=d["host"], launched_at=d.get("launched_at") if _finite(d.get("launched_at")) else None, nodes=nodes)
@@ -216,8 +195,8 @@ def _is_node(pid:int, create_time:float, config) -> bool:
     try:
         p = psutil.Process(pid)
         if abs(p.create_time() - create_time) >= 1.0 or p.status() == psutil.STATUS_ZOMBIE: return False
-        cmd = p.cmdline()
-        if len(cmd) < 3 or cmd[-3:-1] != ["node", "--config"]: return False
+        cmd = p.cmdline()  # ... node [--threads N] --config <config>
+        if len(cmd) < 3 or cmd[-2] != "--config" or not (cmd[-3] == "node" or cmd[-5:-3] == ["node", "--threads"]): return False
         return os.path.realpath(os.path.join(p.cwd(), cmd[-1])) == os.path.realpath(config)
     except (psutil.Error, OSError, ValueError): return False
 
@@ -258,6 +237,7 @@ def _signal(pid:int, sig):
 
 def stop_swarm(exp, timeout:float=10.0) -> dict:
     "SIGTERM the running nodes of `exp`, SIGKILL them after `timeout` s; {node: 'terminated' | 'killed'}."
+    require_process_groups("stopping nodes from the panel", "Stop each node in its own console (Ctrl-C), or run under WSL.")
     info = read_pid_file(exp)  # read once: each check and each signal below is about these same entries
     live = [n for n, s in process_states(exp, info).items() if s == "running"]
     for n in live: _signal(info["nodes"][n]["pid"], signal.SIGTERM)
@@ -544,6 +524,8 @@ def stop(self:SwarmPanel, timeout:float=10.0) -> dict:
         self._say("remote nodes: stop them on their own machine" if "remote" in states.values() else "no node of this panel is running",
                   error="remote" in states.values())
         self.refresh(); return {}
+    try: require_process_groups("stopping nodes from the panel", "Stop each node in its own console (Ctrl-C), or run under WSL.")
+    except UnsupportedPlatform as e: self._say(str(e), error=True); return {}
     self._say("stopping ...")
     out = stop_swarm(self.watcher.dir, timeout)
     self._say("stopped: " + ", ".join(f"{n} {how}" for n, how in out.items()))
@@ -563,7 +545,7 @@ def attach(self:SwarmPanel, root=None, experiment:str|None=None):
     if errors: self._say("cannot attach: fix the folder", error=True); return
     self.set_values(root=root, experiment=experiment)
     from traitlets import TraitError
-    swarm = _read_json(Path(root) / experiment / "config.json")
+    swarm = read_json_file(Path(root) / experiment / "config.json")
     nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
     if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
         c = nodes[0]

@@ -4,14 +4,17 @@
 
 # %% ../nbs/08_swarm.ipynb #0e7d3582
 from __future__ import annotations
-import json, math, os, signal, subprocess, sys, time
+import json, math, os, shutil, signal, stat, subprocess, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, _parse_env, _kind, valid_name
-from .node import experiment_dir, metrics_path, read_metrics, atomic_write, progress_line
+from .node import (experiment_dir, metrics_path, read_metrics, atomic_write, progress_line, open_regular, NodeLease,
+                          NodeRunning)
 
 # %% auto #0
 __all__ = ['METRICS_ROW_FIELDS', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'write_swarm_config',
-           'ProcessSwarm', 'valid_metrics_row', 'swarm_status', 'format_status']
+           'available_cores', 'thread_share', 'set_threads', 'UnsupportedPlatform', 'require_process_groups',
+           'ProcessSwarm', 'valid_metrics_row', 'read_json_file', 'planned_rounds', 'node_state', 'swarm_status',
+           'format_status', 'disk_usage', 'format_bytes', 'remove_checkpoints', 'run_summary', 'format_summary']
 
 # %% ../nbs/08_swarm.ipynb #1ea0808c
 def parse_override(text:str) -> tuple:
@@ -86,22 +89,52 @@ def write_swarm_config(cfgs:list):
     d = experiment_dir(cfgs[0])
     atomic_write(d / "config.json", json.dumps({"nodes": [c.to_dict() for c in cfgs]}, indent=1))
 
-# %% ../nbs/08_swarm.ipynb #d4e292ef
+# %% ../nbs/08_swarm.ipynb #ccca6176
+def available_cores() -> int:
+    "CPU cores this process may run on: its affinity mask where the platform has one, else `os.cpu_count()`."
+    if hasattr(os, "sched_getaffinity"): return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+def thread_share(nodes:int, cores:int|None=None) -> int:
+    "Threads for each of `nodes` node processes sharing `cores` cores (default: `available_cores()`)."
+    return max(1, (available_cores() if cores is None else cores) // max(1, nodes))
+
+def set_threads(n:int):
+    "Make this process compute on `n` threads: torch's, and `OMP_NUM_THREADS`/`MKL_NUM_THREADS` for what starts later."
+    import torch
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(n)
+    torch.set_num_threads(n)
+
+class UnsupportedPlatform(ConfigError):
+    "A feature that needs POSIX process groups, asked for where there are none (Windows)."
+
+def require_process_groups(what:str, instead:str):
+    "Raise `UnsupportedPlatform` about `what` (suggesting `instead`) where `os.killpg` does not exist."
+    if not hasattr(os, "killpg"):
+        raise UnsupportedPlatform(f"{what} needs POSIX process groups (os.killpg), which this platform ({sys.platform}) "
+                                  f"lacks; supported: Linux, macOS, WSL. {instead}")
+
+# %% ../nbs/08_swarm.ipynb #2f9a9b96
 class ProcessSwarm:
-    "N `sapo node` processes sharing one pool folder."
-    def __init__(self, cfgs:list):
+    "N `sapo node` processes sharing one pool folder, each computing on its share of the cores."
+    def __init__(self, cfgs:list,
+                 threads:int|None=None): # threads per node (default: `thread_share(len(cfgs))`)
+        require_process_groups("process mode", "Use --mode inline (one process, the nodes taking turns), or run under WSL.")
         if cfgs[0].transport == "memory":
             raise ConfigError("SAPOConfig.transport: got 'memory'; allowed in process mode: folder, hivemind (or use --mode inline)")
         self.cfgs, self.procs = cfgs, {}
+        self.threads = thread_share(len(cfgs)) if threads is None else threads
         write_swarm_config(cfgs)
 
     def start(self):
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         for c in self.cfgs:
             d = metrics_path(c).parent; d.mkdir(parents=True, exist_ok=True)
             c.to_json(d / "config.json")
             out = open(d / "node.log", "ab")
-            self.procs[c.node_id] = subprocess.Popen([sys.executable, "-c", "from sapo_nb.cli import main; raise SystemExit(main())", "node", "--config", str(d / "config.json")],
-                                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            cmd = [sys.executable, "-c", "from sapo_nb.cli import main; raise SystemExit(main())",
+                   "node", "--threads", str(self.threads), "--config", str(d / "config.json")]  # `--config X` last: the panel reads it
+            self.procs[c.node_id] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         return self
 
     def alive(self) -> list: return [i for i, p in self.procs.items() if p.poll() is None]
@@ -152,28 +185,128 @@ def valid_metrics_row(row) -> bool:
     return (isinstance(row, dict) and all(k in row and ok(row[k]) for k, ok in METRICS_ROW_FIELDS.items())
             and all(_reward(v) for k, v in row.items() if isinstance(k, str) and k.startswith("reward_")))
 
+# %% ../nbs/08_swarm.ipynb #5cd7edc2
+def read_json_file(path, limit:int=1 << 20):
+    "The JSON value in regular file `path` if the file has at most `limit` bytes and parses, else None."
+    f = open_regular(path)
+    if f is None: return None
+    with f: data = f.read(limit + 1)
+    if len(data) > limit: return None
+    try: return json.loads(data)
+    except (ValueError, RecursionError): return None
+
+def _run_length(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < _COUNT_MAX
+
+def planned_rounds(exp) -> dict:
+    "{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`; entries of the wrong shape left out."
+    exp = Path(exp)
+    out, swarm = {}, read_json_file(exp / "config.json")
+    nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
+    for c in nodes if isinstance(nodes, list) else []:
+        if isinstance(c, dict) and isinstance(c.get("node_id"), str) and _run_length(c.get("rounds")): out[c["node_id"]] = c["rounds"]
+    for p in (exp / "logs").glob("*/config.json"):
+        c = read_json_file(p) if p.parent.name not in out else None
+        if isinstance(c, dict) and _run_length(c.get("rounds")): out[p.parent.name] = c["rounds"]
+    return out
+
+def node_state(last:dict|None, total:int|None, now:float, stale_after:float|None=None) -> str:
+    "'done' when the valid row `last` is round `total - 1` or later; else 'stale' if it is older than `stale_after` s, else 'alive'; '-' with no row."
+    if last is None: return "-"
+    if total is not None and last["round"] + 1 >= total: return "done"
+    limit = stale_after if stale_after is not None else max(60.0, 3 * last["seconds"]["total"])
+    return "stale" if now - last["time"] > limit else "alive"
+
 # %% ../nbs/08_swarm.ipynb #d4e9ee7a
 def swarm_status(root, experiment:str, now:float|None=None, stale_after:float|None=None) -> list:
-    "One dict per node of `<root>/<experiment>`: node, rounds, last reward, s/round, seconds since its last row, stale, rows skipped."
-    now = time.time() if now is None else now
-    out = []
-    for d in sorted((Path(root) / experiment / "logs").glob("*")):
+    "One dict per node of `<root>/<experiment>`: node, rounds, last reward, s/round, seconds since its last row, state, rows skipped."
+    now, exp = time.time() if now is None else now, Path(root) / experiment
+    total, out = planned_rounds(exp), []
+    for d in sorted((exp / "logs").glob("*")):
         read = read_metrics(d / "metrics.jsonl")
         rows = [r for r in read if valid_metrics_row(r)]
         if not rows: continue
-        last = rows[-1]; spr = last["seconds"]["total"]
-        age = now - last["time"]
+        last, state = rows[-1], node_state(rows[-1], total.get(d.name), now, stale_after)
         out.append(dict(node=d.name, rounds=len(rows), last_round=last["round"], reward=last["reward_train"],
-                        seconds_per_round=spr, idle_seconds=age, skipped=len(read) - len(rows),
-                        stale=age > (stale_after if stale_after is not None else max(60.0, 3 * spr))))
+                        seconds_per_round=last["seconds"]["total"], idle_seconds=now - last["time"], skipped=len(read) - len(rows),
+                        total_rounds=total.get(d.name), state=state, stale=state == "stale"))
     return out
 
 def _shown(name:str) -> str: return name if valid_name(name) else ascii(name)
 
 def format_status(rows:list) -> str:
     "The status rows as a fixed-width table; a node name that is not a valid node id is shown quoted and escaped."
-    head = f"{'node':>10} {'rounds':>6} {'reward':>7} {'s/round':>8} {'idle s':>7}  state"
-    lines = [f"{_shown(r['node']):>10} {r['rounds']:>6} {'-' if r['reward'] is None else format(r['reward'], '.3f'):>7} "
-             f"{r['seconds_per_round']:>8.1f} {r['idle_seconds']:>7.0f}  {'stale' if r['stale'] else 'alive'}"
+    head = f"{'node':>10} {'rounds':>9} {'reward':>7} {'s/round':>8} {'idle s':>7}  state"
+    done = lambda r: f"{r['rounds']}" + (f"/{r['total_rounds']}" if r.get("total_rounds") else "")
+    lines = [f"{_shown(r['node']):>10} {done(r):>9} {'-' if r['reward'] is None else format(r['reward'], '.3f'):>7} "
+             f"{r['seconds_per_round']:>8.1f} {r['idle_seconds']:>7.0f}  {r['state']}"
              + (f"  ({r['skipped']} malformed rows skipped)" if r.get("skipped") else "") for r in rows]
     return "\n".join([head] + lines) if rows else "no node has written a metrics row yet"
+
+# %% ../nbs/08_swarm.ipynb #5c783340
+def disk_usage(path) -> int:
+    "Bytes in the regular files under `path` (links are neither followed nor counted); 0 when there is nothing."
+    total = 0
+    for top, _, files in os.walk(path):
+        for name in files:
+            try: st = os.lstat(os.path.join(top, name))
+            except OSError: continue  # removed while we walk
+            if stat.S_ISREG(st.st_mode): total += st.st_size
+    return total
+
+def format_bytes(n:int) -> str:
+    "`1730000000` -> `'1.73 GB'` (powers of 1000, as disks are sold)."
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size: return f"{n / size:.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{n} B"
+
+def remove_checkpoints(root, experiment:str, log=print) -> dict:
+    "Remove the checkpoints of each node of `<root>/<experiment>` that no process runs; {node: bytes freed}. Metrics stay."
+    ck, freed = Path(root) / experiment / "checkpoints", {}
+    if ck.is_symlink() or not ck.is_dir(): return freed
+    for d in sorted(ck.iterdir()):
+        if d.is_symlink() or not d.is_dir() or not valid_name(d.name):
+            log(f"{_shown(d.name)}: left in place (not a node's checkpoint folder)"); continue
+        try: lease = NodeLease(SAPOConfig(root=str(root), experiment=experiment, node_id=d.name)).acquire()
+        except NodeRunning as e: log(f"{d.name}: checkpoints kept, the node runs: {e}"); continue
+        try:
+            size = disk_usage(d); shutil.rmtree(d); freed[d.name] = size
+        except OSError as e: log(f"{d.name}: checkpoints not removed: {e}")
+        finally: lease.release()
+    if not any(ck.iterdir()): ck.rmdir()
+    return freed
+
+# %% ../nbs/08_swarm.ipynb #37ddd9a5
+def _mean_of(xs) -> float|None:
+    xs = [x for x in xs if _finite(x)]
+    return sum(xs) / len(xs) if xs else None
+
+def run_summary(root, experiment:str, window:int|None=None) -> list:
+    "Per node of `<root>/<experiment>`: mean rewards over its first and last `window` rounds, and held-out pass@1 before and at the newest evaluation."
+    exp, out = Path(root) / experiment, []
+    total = planned_rounds(exp)
+    for d in sorted((exp / "logs").glob("*")):
+        rows = [r for r in read_metrics(d / "metrics.jsonl") if valid_metrics_row(r)]
+        if not rows: continue
+        k = window or max(1, min(5, len(rows) // 3))
+        first, last = rows[:k], rows[-k:]
+        base = next((r["eval_base_pass1"] for r in rows if _finite(r.get("eval_base_pass1"))), None)
+        evals = [(r["round"], r["eval_pass1"]) for r in rows if _finite(r.get("eval_pass1"))]
+        out.append(dict(node=d.name, rounds=len(rows), total_rounds=total.get(d.name),
+                        first=(first[0]["round"], first[-1]["round"]), last=(last[0]["round"], last[-1]["round"]),
+                        **{f: (_mean_of(r.get(f) for r in first), _mean_of(r.get(f) for r in last)) for f in ("reward_local", "reward_train")},
+                        eval_pass1=(base, evals[-1][1] if evals else None), eval_round=evals[-1][0] if evals else None))
+    return out
+
+def format_summary(rows:list) -> str:
+    "The summary rows as a table: rounds compared, reward_local and reward_train first -> last, held-out pass@1 before -> after."
+    if not rows: return "no node has written a metrics row yet"
+    num = lambda x: "-" if x is None else f"{x:.3f}"
+    pair = lambda p: f"{num(p[0])} -> {num(p[1])}"
+    span = lambda a, b: f"{a + 1}" if a == b else f"{a + 1}-{b + 1}"
+    lines = [f"{'node':>10} {'rounds compared':>17}  {'reward_local':>14}  {'reward_train':>14}  held-out pass@1 (greedy)"]
+    for r in rows:
+        held = "off" if r["eval_round"] is None and r["eval_pass1"][0] is None else (
+            pair(r["eval_pass1"]) + (f" (after round {r['eval_round'] + 1})" if r["eval_round"] is not None else ""))
+        lines.append(f"{_shown(r['node']):>10} {span(*r['first']) + ' -> ' + span(*r['last']):>17}  "
+                     f"{pair(r['reward_local']):>14}  {pair(r['reward_train']):>14}  {held}")
+    return "\n".join(lines)

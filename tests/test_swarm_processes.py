@@ -50,7 +50,7 @@ def test_kill9_resume(tmp_path, kill_after):
     assert rounds_of(tmp_path, "node-1") == list(range(12))
     ck = tmp_path / "sapo" / "checkpoints" / "node-0"
     assert not [p for p in ck.iterdir() if p.name.startswith(".tmp")]  # a save cut by the kill was cleaned up
-    assert sorted(p.name for p in ck.glob("round_*")) == ["round_11", "round_8"]
+    assert sorted(p.name for p in ck.glob("round_*")) == ["round_11"]  # one checkpoint per node
     assert all((p / "complete").exists() for p in ck.glob("round_*"))
 
 def test_malicious_peer(tmp_path):
@@ -81,7 +81,7 @@ def test_cli_swarm_and_status(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     for n in ("node-0", "node-1"): assert rounds_of(tmp_path, n) == [0, 1, 2]
     st = sapo("status", "--root", str(tmp_path), "--experiment", "sapo")
-    assert "node-0" in st.stdout and "node-1" in st.stdout and "alive" in st.stdout
+    assert "node-0" in st.stdout and "node-1" in st.stdout and st.stdout.count(" done") == 2  # finished, not stale
     rep = sapo("report", str(tmp_path / "sapo"))
     assert rep.returncode == 0, rep.stderr
     html = Path(rep.stdout.strip()).read_text()

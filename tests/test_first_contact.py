@@ -1,0 +1,236 @@
+"""A new user's first run: what it leaves on disk, how its processes share the cores, and what it says at the end.
+
+Each test names one thing a first-time user relies on: a finished `sapo swarm` does not leave gigabytes of
+checkpoints behind, a stopped one still resumes, `sapo clean` frees what a run holds, process mode does not
+oversubscribe the cores, `sapo status` calls a finished node `done`, the platform limits are said in words, and the
+README's test command is the one CI runs. Every test runs the tiny random model in seconds.
+"""
+import contextlib, io, json, os, re, shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from sapo_nb import node as node_module, panel
+from sapo_nb.cli import main
+from sapo_nb.config import SAPOConfig
+from sapo_nb.node import (SwarmNode, NodeLease, CheckpointError, checkpoint_dir, metrics_path, read_metrics,
+                          save_checkpoint)
+from sapo_nb.swarm import (ProcessSwarm, UnsupportedPlatform, node_configs, swarm_status, format_status, thread_share,
+                           set_threads)
+from sapo_nb.transport import MemoryTransport
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def keys(tmp_path_factory, monkeypatch):
+    "Every test gets its own key folder (never the user's real keys)."
+    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+
+
+def tiny(root, **kw):
+    return SAPOConfig(**{**dict(model="tiny", mix="quick", root=str(root), node_id="node-0", local_questions=2,
+                                external_questions=0, completions_per_question=3, max_new_tokens=6, rounds=3,
+                                checkpoint_every=1, learning_rate=1e-3, transport="memory", eval_every=0), **kw})
+
+
+def run_node(cfg):
+    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
+    n.run()
+    return n
+
+
+def sapo(*args) -> tuple:
+    "`sapo ARGS` in this process: (exit code, stdout, stderr)."
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+TINY_SWARM = ["swarm", "--model", "tiny", "--nodes", "2", "--rounds", "3", "--checkpoint-every", "1", "-G", "3",
+              "--max-new-tokens", "6", "--eval-questions", "4"]
+
+
+# --- footprint ------------------------------------------------------------------------------------------------------
+
+def test_node_keeps_one_checkpoint(tmp_path):
+    "A node checkpointing every round keeps only its newest checkpoint (the embedded model's is 1.73 GB)."
+    cfg = tiny(tmp_path)
+    run_node(cfg)
+    assert sorted(p.name for p in checkpoint_dir(cfg).iterdir()) == ["round_2"]
+
+
+def test_resume_after_keep_one_is_exact(tmp_path):
+    "With one checkpoint kept, a node stopped after round 2 and resumed ends with the weights of one that never stopped."
+    straight, stopped = tiny(tmp_path / "a", rounds=5), tiny(tmp_path / "b", rounds=3)
+    a = run_node(straight)
+    run_node(stopped)
+    b = run_node(stopped.replace(rounds=5))
+    assert [r["round"] for r in read_metrics(metrics_path(stopped))] == list(range(5))
+    for (name, x), (_, y) in zip(a.policy.model.state_dict().items(), b.policy.model.state_dict().items()):
+        assert torch.equal(x, y), name
+
+
+def test_killed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    "A save killed half-way (the process dies while writing): the previous checkpoint is still there and resumes."
+    cfg = tiny(tmp_path, rounds=2)
+    run_node(cfg)
+    real = torch.save
+    def killed(obj, f, *a, **kw):
+        real(obj, f, *a, **kw); raise KeyboardInterrupt  # dies after the optimizer file, before the marker
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(KeyboardInterrupt): run_node(cfg.replace(rounds=3))
+    monkeypatch.setattr(torch, "save", real)
+    assert sorted(p.name for p in checkpoint_dir(cfg).glob("round_*")) == ["round_1"]
+    n = SwarmNode(cfg.replace(rounds=3), transport=MemoryTransport(), log=lambda *_: None)
+    assert n.resume() == 2
+    n.close()
+
+
+def test_save_that_does_not_verify_keeps_the_older(tmp_path, monkeypatch):
+    "A new checkpoint whose files do not match their marker once in place: the save fails, the older checkpoint stays."
+    cfg = tiny(tmp_path, rounds=2)
+    run_node(cfg)
+    real = os.replace
+    def cut_short(src, dst):
+        real(src, dst)
+        if Path(dst).name == "round_2": (Path(dst) / "model.safetensors").write_bytes(b"")
+    monkeypatch.setattr(node_module.os, "replace", cut_short)
+    with pytest.raises(CheckpointError, match="model.safetensors does not match its checksum"): run_node(cfg.replace(rounds=3))
+    assert sorted(p.name for p in checkpoint_dir(cfg).glob("round_*")) == ["round_1"]
+
+
+def test_finished_swarm_removes_its_checkpoints(tmp_path):
+    "`sapo swarm` that finishes leaves its metrics and no checkpoints, and prints the disk it used and freed."
+    code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path))
+    assert code == 0, err
+    exp = tmp_path / "sapo"
+    assert not (exp / "checkpoints").exists()
+    assert [len(read_metrics(exp / "logs" / n / "metrics.jsonl")) for n in ("node-0", "node-1")] == [3, 3]
+    assert re.search(rf"disk: [\d.]+ [kMG]?B under {re.escape(str(exp))} at the end of the run; checkpoints removed \([\d.]+ kB\)", out), out
+    assert "--keep-checkpoints keeps them" in out
+
+
+def test_keep_checkpoints_flag(tmp_path):
+    "`--keep-checkpoints` keeps a finished run's checkpoints (one per node) and says how to remove them."
+    code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--keep-checkpoints")
+    assert code == 0, err
+    ck = tmp_path / "sapo" / "checkpoints"
+    assert sorted(str(p.relative_to(ck)) for p in ck.glob("*/round_*")) == ["node-0/round_2", "node-1/round_2"]
+    assert "checkpoints kept (sapo clean" in out
+
+
+def test_stopped_swarm_keeps_checkpoints_to_resume(tmp_path):
+    "A swarm whose node failed part-way keeps the checkpoints and says that the same command resumes it."
+    code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--mode", "process", "--override", "node-1:model=/nonexistent/model")
+    assert code == 1 and "node-1" in err
+    assert (tmp_path / "sapo" / "checkpoints" / "node-0" / "round_2" / "complete").exists()
+    assert "checkpoints kept: the run stopped before its last round, and the same command resumes it" in out, out
+
+
+def test_clean_frees_checkpoints_and_keeps_metrics(tmp_path):
+    "`sapo clean` removes a run's checkpoints, keeps its metrics, and prints what it freed."
+    sapo(*TINY_SWARM, "--root", str(tmp_path), "--keep-checkpoints")
+    code, out, _ = sapo("clean", "--root", str(tmp_path), "--experiment", "sapo")
+    assert code == 0
+    assert not (tmp_path / "sapo" / "checkpoints").exists()
+    assert len(read_metrics(tmp_path / "sapo" / "logs" / "node-0" / "metrics.jsonl")) == 3
+    assert re.search(r"node-0: [\d.]+ kB of checkpoints removed", out) and re.search(r"freed [\d.]+ kB; [\d.]+ kB left under", out), out
+    assert sapo("clean", "--root", str(tmp_path), "--experiment", "nothing")[0] == 2
+
+
+def test_clean_leaves_a_running_node_alone(tmp_path):
+    "`sapo clean` on a folder whose node still runs keeps that node's checkpoint and exits 1."
+    cfg = tiny(tmp_path, transport="folder")
+    run_node(cfg)
+    held = NodeLease(cfg).acquire()
+    try:
+        code, out, _ = sapo("clean", "--root", str(tmp_path))
+    finally: held.release()
+    assert code == 1 and "node-0: checkpoints kept, the node runs" in out, out
+    assert (checkpoint_dir(cfg) / "round_2").is_dir()
+
+
+# --- cores ----------------------------------------------------------------------------------------------------------
+
+def test_process_nodes_get_their_share_of_cores(tmp_path):
+    "Process mode gives each node max(1, cores // nodes) threads: the node says so, and its environment caps OpenMP/MKL."
+    assert [thread_share(n, cores=2) for n in (1, 2, 3)] == [2, 1, 1] and thread_share(4, cores=16) == 4
+    cfgs = node_configs(tiny(tmp_path, transport="folder", checkpoint_every=0, rounds=1), 2)
+    sw = ProcessSwarm(cfgs, threads=1).start()
+    assert sw.wait(log=lambda *_: None, poll=0.2) == {"node-0": 0, "node-1": 0}
+    for n in ("node-0", "node-1"):
+        assert "1 CPU thread" in (tmp_path / "sapo" / "logs" / n / "node.log").read_text()
+    assert all(p.args[-4:-2] == ["--threads", "1"] for p in sw.procs.values())
+
+
+def test_node_threads_flag_sets_torch_threads(tmp_path, monkeypatch):
+    "`set_threads(n)` (what `sapo node --threads n` calls) sets torch's threads and the OpenMP/MKL variables."
+    monkeypatch.setenv("OMP_NUM_THREADS", "7"); monkeypatch.setenv("MKL_NUM_THREADS", "7")
+    before = torch.get_num_threads()
+    try:
+        set_threads(1)
+        assert (torch.get_num_threads(), os.environ["OMP_NUM_THREADS"], os.environ["MKL_NUM_THREADS"]) == (1, "1", "1")
+    finally: torch.set_num_threads(before)
+    with pytest.raises(SystemExit): sapo("node", "--threads", "0", "--model", "tiny", "--root", str(tmp_path))
+
+
+# --- the ending -----------------------------------------------------------------------------------------------------
+
+def test_ending_says_what_happened(tmp_path):
+    "The end of `sapo swarm`: both nodes done, rewards first -> last, held-out accuracy before -> after, the report command."
+    code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path))
+    assert code == 0, err
+    ending = out[out.index("finished in"):]
+    assert len(re.findall(r"node-\d +3/3 .* done", ending)) == 2, ending
+    lines = [l for l in ending.splitlines() if re.match(r" +node-\d +1 -> 3 ", l)]
+    assert len(lines) == 2 and all(l.count("->") == 4 and "(after round 3)" in l for l in lines), ending
+    assert f"report:  sapo report {tmp_path / 'sapo'}" in ending
+
+
+def test_status_shows_a_finished_node_as_done(tmp_path):
+    "A node that logged its last round reads `done` in `sapo status` and the panel, however long ago; an unfinished one `stale`."
+    exp = tmp_path / "exp"
+    row = lambda r, node: {"round": r, "node_id": node, "I": 2, "J": 0, "reward_train": 0.5, "pool_selected": 0,
+                           "pool_available": 0, "seconds": {"total": 2.0}, "time": 1000.0 + r}
+    for node, rounds in (("node-0", 3), ("node-1", 2)):
+        p = exp / "logs" / node / "metrics.jsonl"; p.parent.mkdir(parents=True)
+        p.write_text("".join(json.dumps(row(r, node)) + "\n" for r in range(rounds)))
+    (exp / "config.json").write_text(json.dumps({"nodes": [dict(node_id="node-0", rounds=3), dict(node_id="node-1", rounds=3)]}))
+    st = swarm_status(tmp_path, "exp", now=10**6)
+    assert [(s["node"], s["state"]) for s in st] == [("node-0", "done"), ("node-1", "stale")]
+    assert re.search(r"node-0 +3/3 .* done", format_status(st))
+    w = panel.SwarmWatcher(tmp_path, "exp"); w.refresh()
+    assert [r["state"] for r in w.status(now=10**6)] == ["done", "stale"]
+    for junk in ("[" * 100_000, json.dumps({"nodes": [dict(node_id="node-0", rounds="3")]}), "{torn"):  # untrusted: never a crash
+        (exp / "config.json").write_text(junk)
+        assert [s["state"] for s in swarm_status(tmp_path, "exp", now=10**6)] == ["stale", "stale"]
+
+
+# --- platforms ------------------------------------------------------------------------------------------------------
+
+def test_process_mode_without_killpg_says_so(tmp_path, monkeypatch):
+    "Where `os.killpg` does not exist (Windows), process mode and the panel's stop fail with a message, not an AttributeError."
+    monkeypatch.delattr(os, "killpg")
+    with pytest.raises(UnsupportedPlatform, match="supported: Linux, macOS, WSL"):
+        ProcessSwarm(node_configs(tiny(tmp_path, transport="folder"), 2))
+    code, _, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--mode", "process")
+    assert code == 2 and "process mode needs POSIX process groups" in err and "--mode inline" in err, err
+    assert not (tmp_path / "sapo" / "logs").exists()  # nothing started
+    with pytest.raises(UnsupportedPlatform): panel.stop_swarm(tmp_path / "sapo")
+    p = panel.SwarmPanel(root=str(tmp_path), experiment="win", interval=None, model="tiny", nodes=2, rounds=3)
+    assert p.launch() is None and "supported: Linux, macOS, WSL" in p.message.value
+
+
+# --- the README -----------------------------------------------------------------------------------------------------
+
+def test_readme_test_command_installs_what_ci_installs():
+    "The README's test command installs the packages CI installs, in the same order, and runs the same script."
+    ci = (REPO / ".ci" / "run").read_text()
+    installs = [re.sub(r"^python -m pip install -q ", "pip install ", l.strip()) for l in ci.splitlines()
+                if l.strip().startswith("python -m pip install -q ") and "--upgrade pip" not in l]
+    assert installs and "bash scripts/test.sh" in ci
+    readme = (REPO / "README.md").read_text()
+    assert " && ".join(installs + ["bash scripts/test.sh"]) in readme, installs
+    assert "Soft Adaptive Policy Optimization" in readme and all(p in readme for p in ("Linux", "macOS", "WSL"))
