@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, sys, time
 from dataclasses import fields
-from .config import SAPOConfig, ConfigError, PRESETS, field_docs, load_config, _kind
+from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, load_config, _kind
 
 # %% auto #0
 __all__ = ['SHORT_FLAGS', 'add_config_args', 'config_from_args', 'demo', 'main']
@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--window", type=int, default=100, help="moving-average window in rounds (clipped for short runs)")
     _folder_args(sub.add_parser("status", help="show the nodes of a swarm folder"))
     _folder_args(sub.add_parser("clean", help="remove a run's checkpoints, keeping its metrics, pool and configs"))
+    ex = sub.add_parser("export", help="replay a finished run's metrics into a tracker (TensorBoard, W&B offline, Trackio)")
+    ex.add_argument("run", help="a run folder: <root>/<experiment>, holding logs/<node>/metrics.jsonl")
+    ex.add_argument("--to", required=True, choices=CHOICES["tracker"][1:], help="the tracker")
+    ex.add_argument("--out", default=None, help="where its files go (default: RUN/tracker)")
+    ex.add_argument("--project", default=None, help="the tracker's project name (default: from the run folder's name)")
     return p
 
 def main(argv=None) -> int:
@@ -110,6 +115,10 @@ def main(argv=None) -> int:
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
             return experiment_main(args)
+        if args.command == "export":
+            from sapo_nb.trackers import export_run, TrackerError
+            try: export_run(args.run, args.to, out=args.out, project=args.project); return 0
+            except (TrackerError, ValueError, FileNotFoundError) as e: print(f"sapo export: {e}", file=sys.stderr); return 1
         if args.command == "report":
             from sapo_nb.analysis import write_report
             try: print(write_report(args.path, args.out, window=args.window)); return 0
