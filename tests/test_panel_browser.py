@@ -14,7 +14,7 @@ SCREENSHOT = Path(os.environ.get("SAPO_PANEL_SCREENSHOT", REPO / "nbs" / "images
 CHROMIUM = os.environ.get("SAPO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
-NODES, ROUNDS = 2, 40  # more rounds than the test waits for: Stop has running nodes to stop
+NODES, ROUNDS = 2, 2000  # far more rounds than the test waits for (a tiny round takes ~0.1 s): Stop has running nodes to stop
 
 def _missing() -> list:
     out = [] if Path(CHROMIUM).is_file() else [f"chromium ({CHROMIUM} not found): apt-get update && apt-get install -y chromium"]
