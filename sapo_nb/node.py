@@ -5,66 +5,36 @@
 # %% ../nbs/07_node.ipynb #c183dd6d
 from __future__ import annotations
 import hashlib, json, math, os, random, secrets, shutil, socket, stat, threading, time, weakref
+from dataclasses import replace
 from pathlib import Path
+from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
+from .core import Group, RoundMetrics, atomic_write, open_regular, read_jsonl, append_jsonl
 
 # %% auto #0
-__all__ = ['METRICS_MAX_BYTES', 'LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'experiment_dir',
-           'metrics_path', 'checkpoint_dir', 'atomic_write', 'open_regular', 'read_metrics', 'append_metrics',
-           'truncate_metrics', 'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError',
-           'save_checkpoint', 'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError',
-           'progress_line']
+__all__ = ['read_metrics', 'LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'experiment_dir', 'metrics_path',
+           'checkpoint_dir', 'truncate_metrics', 'NodeRunning', 'lease_path', 'read_lease', 'NodeLease',
+           'CheckpointError', 'save_checkpoint', 'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode',
+           'ResumeError', 'progress_line']
 
 # %% ../nbs/07_node.ipynb #ba9ac1cd
 def experiment_dir(cfg:SAPOConfig) -> Path: return Path(cfg.root) / cfg.experiment
 def metrics_path(cfg:SAPOConfig) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "metrics.jsonl"
 def checkpoint_dir(cfg:SAPOConfig) -> Path: return experiment_dir(cfg) / "checkpoints" / cfg.node_id
 
-def atomic_write(path, data:bytes|str):
-    "Write `data` to `path` whole: a temp file in the same folder, fsync, then rename over `path`."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data); f.flush(); os.fsync(f.fileno())
-    os.replace(tmp, path)
-
 # %% ../nbs/07_node.ipynb #83f10f49
-METRICS_MAX_BYTES = 1 << 28  # 256 MB: far beyond any real run (2,000 rounds of 8 nodes is about 30 MB)
-
-def open_regular(path):
-    "`path` opened for binary reading if it is a regular file, else None: a FIFO or a device planted there never blocks."
-    try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError: return None
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode): f.close(); return None
-    return f
-
-def read_metrics(path) -> list:
-    "The rows of a metrics (JSON-lines) file; torn, empty, non-object and absurdly nested lines are skipped."
-    f = open_regular(path)
-    if f is None: return []
-    with f: text = f.read(METRICS_MAX_BYTES).decode(errors="replace")
-    rows = []
-    for line in text.splitlines():
-        try: r = json.loads(line)
-        except (ValueError, RecursionError): continue  # a crash mid-write, or a line nested a million deep
-        if isinstance(r, dict): rows.append(r)
-    return rows
-
-def append_metrics(path, row:dict):
-    "Append one row to a metrics file and make it durable."
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n"); f.flush(); os.fsync(f.fileno())
-
 def truncate_metrics(path, last_round:int) -> int:
     "Keep only rows of rounds <= `last_round` (one per round, the first), rewritten atomically; returns rows kept."
     seen, keep = set(), []
-    for r in read_metrics(path):
+    for r in read_jsonl(path):
         if isinstance(r.get("round"), int) and r["round"] <= last_round and r["round"] not in seen:
             seen.add(r["round"]); keep.append(r)
     if Path(path).exists(): atomic_write(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(keep)
+
+# %% ../nbs/07_node.ipynb #07b1be43
+read_metrics = read_jsonl  # TEMPORARY
+
 
 # %% ../nbs/07_node.ipynb #91950c0a
 LEASE_HEARTBEAT = 30.0  # seconds between a holder's heartbeats
@@ -292,11 +262,6 @@ def open_transport(cfg:SAPOConfig):
     return make_transport(cfg.transport, root=cfg.root, experiment=cfg.experiment, initial_peers=cfg.initial_peers,
                           **{f.name: getattr(cfg, f.name) for f in fields(PoolLimits)})
 
-def _peak_memory_mb(device) -> float:
-    import resource, torch
-    if str(device).startswith("cuda"): return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
 def _mean(xs): xs = list(xs); return sum(xs) / len(xs) if xs else None
 
 # %% ../nbs/07_node.ipynb #7ad312cc
@@ -345,8 +310,9 @@ class SwarmNode:
                           f"with --root or SAPO_ROOT, or free disk space") from None
 
 # %% ../nbs/07_node.ipynb #f29d0bd5
+@patch
 def _generate_local(self:SwarmNode, r:int, I:int):
-    "Draw I questions, sample G completions each, score them locally: the node's local groups."
+    "Draw I questions, sample G completions each: `(questions, prompts, completions)`, the raw material of the local groups."
     cfg, tok = self.cfg, self.policy.tokenizer
     questions = self.stream.next(I) if I else []
     if not questions: return [], [], None
@@ -358,21 +324,20 @@ def _generate_local(self:SwarmNode, r:int, I:int):
                                  compute_dtype=self.policy.compute_dtype)
     return questions, prompts, comps
 
-def _collect(self:SwarmNode, r:int):
-    "Rollouts of other nodes for round r (and up to max_staleness rounds back), per the wait policy."
+@patch
+def _collect(self:SwarmNode, r:int) -> list:
+    "Groups of other nodes for round r (and up to max_staleness rounds back, newest first), per the wait policy."
     cfg = self.cfg
     deadline = time.monotonic() + (cfg.wait_seconds if cfg.wait_policy == "wait" else 0)
     while True:
-        found = [g for back in range(cfg.max_staleness + 1) if r - back >= 0
-                 for g in self.transport.collect(r - back, exclude=cfg.node_id)]
-        peers = {g["node_id"] for g in found if g["round"] == r}
+        found = self.transport.collect_recent(r, exclude=cfg.node_id, max_staleness=cfg.max_staleness)
+        peers = {g.node_id for g in found if g.round == r}
         if cfg.wait_policy == "none" or len(peers) >= cfg.wait_peers or time.monotonic() >= deadline: return found
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
-SwarmNode._generate_local, SwarmNode._collect = _generate_local, _collect
-
 # %% ../nbs/07_node.ipynb #f697a5b2
-def _begin_round(self:SwarmNode, r:int) -> dict:
+@patch
+def begin_round(self:SwarmNode, r:int) -> dict:
     "First half of round `r`: generate and score the local groups, publish them. Returns the round's state."
     cfg, sec = self.cfg, {}
     (I, J), t0 = self.controller.ij, time.perf_counter()
@@ -383,19 +348,23 @@ def _begin_round(self:SwarmNode, r:int) -> dict:
     pairs = list(zip(questions, comps.texts)) if questions else []
     rewards = batch(pairs) if batch and pairs else [self.reward_fn(q, c) for q, c in pairs]
     sec["reward"] = time.perf_counter() - t; t = time.perf_counter()
-    # what a peer needs to rebuild and score each group itself: the item, never our answer or our rewards
-    groups = [dict(task=q["task"], item=q["item"], question=q["question"], completions=c, truncated=tr)
-              for q, c, tr in zip(questions, comps.texts if comps else [], comps.truncated if comps else [])]
+    groups = [Group(task=q["task"], item=q["item"], question=q["question"], completions=c, truncated=tr, rewards=list(rw),
+                    entry=q, prompt=p, node_id=cfg.node_id, round=r, model=cfg.model)
+              for q, p, c, tr, rw in zip(questions, prompts, comps.texts if comps else [], comps.truncated if comps else [], rewards)]
+    # the wire carries what a peer needs to rebuild and score each group itself: the item, never our answer or rewards
     if groups: self.transport.publish(r, cfg.node_id, groups, model=cfg.model)
     sec["publish"] = time.perf_counter() - t
-    return dict(round=r, I=I, J=J, prompts=prompts, comps=comps, rewards=rewards, seconds=sec, busy=time.perf_counter() - t0)
+    return dict(round=r, I=I, J=J, groups=groups, tokens=comps.total_tokens if comps else 0, seconds=sec,
+                busy=time.perf_counter() - t0)
 
 # %% ../nbs/07_node.ipynb #8c017cb6
-def _finish_round(self:SwarmNode, state:dict) -> dict:
+@patch
+def finish_round(self:SwarmNode, state:dict) -> dict:
     "Second half: collect and select external groups, train on local + external, and return the metrics row."
     from sapo_nb.sampler import select_external, round_rng
+    from sapo_nb.models import peak_memory_mb
     cfg, tok, sec = self.cfg, self.policy.tokenizer, state["seconds"]
-    r, I, J, comps, local_rewards = state["round"], state["I"], state["J"], state["comps"], state["rewards"]
+    r, I, J, local = state["round"], state["I"], state["J"], state["groups"]
     reads_pool = J > 0 or cfg.adaptive != "off"  # a fixed J = 0 never reads the pool
     t = t0 = time.perf_counter()
     def lap(name):
@@ -404,14 +373,13 @@ def _finish_round(self:SwarmNode, state:dict) -> dict:
     candidates = self._collect(r) if reads_pool else []; lap("collect")
     ext, info = (select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id), mix=cfg.mix)
                  if reads_pool else ([], {}))
+    ext = [replace(g, prompt=self.format_prompt(tok, g.entry)) for g in ext]  # the question as we rebuilt it
     lap("select")
     base = self.evaluate() if r == 0 and cfg.eval_every else None  # the base policy, before its first update
-    b_prompts = state["prompts"] + [self.format_prompt(tok, g["entry"]) for g in ext]  # the question as we rebuilt it
-    b_comps = (comps.texts if comps else []) + [g["completions"] for g in ext]
-    b_rewards = local_rewards + [g["rewards"] for g in ext]
     # a completion cut by the length limit (ours, or a peer's by its flag) gets no EOS: the policy is not taught to stop there
-    b_ended = [[not x for x in tr] for tr in (comps.truncated if comps else []) + [g["truncated"] for g in ext]]
-    st = self.trainer.step(b_prompts, b_comps, b_rewards, b_ended) if b_prompts else {}
+    batch = local + ext
+    st = self.trainer.step([g.prompt for g in batch], [g.completions for g in batch], [g.rewards for g in batch],
+                           [g.ended for g in batch]) if batch else {}
     lap("train")
     due = cfg.eval_every and ((r + 1) % cfg.eval_every == 0 or r + 1 == cfg.rounds)
     after = self.evaluate() if due else None  # after this round's update
@@ -419,23 +387,23 @@ def _finish_round(self:SwarmNode, state:dict) -> dict:
     if base: sec["eval"] += base.seconds; sec["train"] -= base.seconds
     sec["encode"] = st.get("seconds_encode", 0.0); sec["train"] -= sec["encode"]  # re-encoding text, then the update
     sec["total"] = state["busy"] + time.perf_counter() - t0  # time this node worked on the round (not time spent waiting its turn)
-    rl = [x for g in local_rewards for x in g]; re_ = [x for g in ext for x in g["rewards"]]
-    row = dict(round=r, node_id=cfg.node_id, I=I, J=J, G=cfg.completions_per_question, model=cfg.model,
-               reward_local=_mean(rl), reward_external=_mean(re_), reward_train=_mean(rl + re_),
-               frac_zero_std=st.get("frac_zero_std"), pool_available=len(candidates), pool_rejected=self.transport.rejected,  # counted by this node since it started
-               pool_selected=len(ext), pool_peers=len({g["node_id"] for g in candidates}),
-               pool_unusable=sum(info.get("rejected", {}).values()),  # collected this round but not rebuildable or scorable
-               loss=st.get("loss"), clip_frac=(st.get("clip_frac_low", 0) + st.get("clip_frac_high", 0)) if st else None,
-               clip_frac_low=st.get("clip_frac_low"), clip_frac_high=st.get("clip_frac_high"), kl=st.get("kl"),
-               entropy=st.get("entropy"), grad_norm=st.get("grad_norm"),
-               tokens_generated=comps.total_tokens if comps else 0, tokens_trained=st.get("tokens_trained", 0),
-               truncated=sum(map(sum, comps.truncated)) if comps else 0, seconds=sec,
-               peak_memory_mb=_peak_memory_mb(self.policy.device), time=time.time(),
-               **(after.metrics() if after else {}), **({f"eval_base_{k[5:]}": v for k, v in base.metrics().items()} if base else {}))
-    self.controller.update(reward_local=row["reward_local"], reward_pool=info.get("pool_reward"))
-    return row
+    rl = [x for g in local for x in g.rewards]; re_ = [x for g in ext for x in g.rewards]
+    row = RoundMetrics(round=r, node_id=cfg.node_id, I=I, J=J, G=cfg.completions_per_question, model=cfg.model,
+        reward_local=_mean(rl), reward_external=_mean(re_), reward_train=_mean(rl + re_),
+        frac_zero_std=st.get("frac_zero_std"), pool_available=len(candidates), pool_rejected=self.transport.rejected,
+        pool_selected=len(ext), pool_peers=len({g.node_id for g in candidates}),
+        pool_unusable=sum(info.get("rejected", {}).values()),
+        loss=st.get("loss"), clip_frac=(st.get("clip_frac_low", 0) + st.get("clip_frac_high", 0)) if st else None,
+        clip_frac_low=st.get("clip_frac_low"), clip_frac_high=st.get("clip_frac_high"), kl=st.get("kl"),
+        entropy=st.get("entropy"), grad_norm=st.get("grad_norm"), tokens_generated=state["tokens"],
+        tokens_trained=st.get("tokens_trained", 0), truncated=sum(sum(g.truncated) for g in local), seconds=sec,
+        peak_memory_mb=peak_memory_mb(self.policy.device), time=time.time(),
+        **(after.metrics() if after else {}), **({f"eval_base_{k[5:]}": v for k, v in base.metrics().items()} if base else {}))
+    self.controller.update(reward_local=row.reward_local, reward_pool=info.get("pool_reward"))
+    return row.to_row()
 
-def _evaluate(self:SwarmNode):
+@patch
+def evaluate(self:SwarmNode):
     "Greedy pass@1 of the policy now on the held-out set (`tasks.eval_items`): an `EvalResult`."
     from sapo_nb.evaluation import evaluate
     from sapo_nb.tasks import eval_items
@@ -445,11 +413,10 @@ def _evaluate(self:SwarmNode):
         self._eval_reward = make_reward_fn(answer_fallback=self.cfg.answer_fallback, partial_credit=False)
     return evaluate(self.policy, self._eval_set, self.format_prompt, self._eval_reward, self.cfg.max_new_tokens)
 
-def _run_round(self:SwarmNode, r:int) -> dict:
+@patch
+def run_round(self:SwarmNode, r:int) -> dict:
     "Run round `r` whole and return its metrics row."
     return self.finish_round(self.begin_round(r))
-
-SwarmNode.begin_round, SwarmNode.finish_round, SwarmNode.run_round, SwarmNode.evaluate = _begin_round, _finish_round, _run_round, _evaluate
 
 # %% ../nbs/07_node.ipynb #cd284722
 RESUME_FIXED = ("model", "mix", "tasks", "seed", "share_stream", "optimizer")  # a run's identity: refused if changed
@@ -458,10 +425,12 @@ _CONTROLLER_FIELDS = ("local_questions", "external_questions", "adaptive", "adap
 class ResumeError(ConfigError):
     "Resuming would continue a checkpoint under settings that change what it means."
 
+@patch
 def _state(self:SwarmNode) -> dict:
     return dict(questions_drawn=self.stream.drawn, stream=self.stream.position(), controller=self.controller.to_dict(),
                 config=self.cfg.to_dict())
 
+@patch
 def _check_restored(self:SwarmNode, state:dict):
     "Refuse a checkpoint of another run (`ResumeError`); reject out-of-bounds state (`CheckpointError`)."
     old = state.get("config")
@@ -486,6 +455,7 @@ def _check_restored(self:SwarmNode, state:dict):
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise CheckpointError(f"state.json: bad controller state ({type(e).__name__}: {e})") from None
 
+@patch
 def _apply_changes(self:SwarmNode, state:dict):
     "Take the checkpoint's controller unless its settings changed; apply changed optimizer settings; log what changed."
     from sapo_nb.sampler import controller_from_dict
@@ -497,13 +467,14 @@ def _apply_changes(self:SwarmNode, state:dict):
         self.log(f"{self.cfg.node_id}: resumed with changed settings, applied from round {state['round'] + 1}: "
                  + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items())))
 
-def _resume(self:SwarmNode, join_current:bool=False) -> int:
+@patch
+def resume(self:SwarmNode, join_current:bool=False) -> int:
     "Take the node's lease, restore the newest good checkpoint (or pick the start round), align the metrics; the next round."
     if getattr(self, "lease", None) is None: self.lease = NodeLease(self.cfg).acquire()
     st = load_checkpoint(checkpoint_dir(self.cfg), self.policy.model, self.trainer.opt,
                          check=self._check_restored, log=self.log)
     if st is None:
-        rows = read_metrics(metrics_path(self.cfg))
+        rows = read_jsonl(metrics_path(self.cfg))
         if rows:  # rounds ran but none was checkpointed: start over, cleanly
             truncate_metrics(metrics_path(self.cfg), -1)
         self.round = max(self.transport._rounds(), default=0) if join_current else 0
@@ -516,22 +487,25 @@ def _resume(self:SwarmNode, join_current:bool=False) -> int:
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
     return self.round
 
+@patch
 def _checkpoint(self:SwarmNode, r:int):
     save_checkpoint(checkpoint_dir(self.cfg), r, self.policy.model, self.trainer.opt, self._state())
 
-def _close(self:SwarmNode):
+@patch
+def close(self:SwarmNode):
     "Give up the node's lease (it also goes when the node is dropped) and close its tracker; the scoring worker is shared by the process and stays."
     if getattr(self, "lease", None) is not None: self.lease.release(); self.lease = None
     if getattr(self, "tracker", None) is not None: self.tracker.close(); self.tracker = None
 
-def _step(self:SwarmNode, state:dict|None=None) -> dict:
+@patch
+def step(self:SwarmNode, state:dict|None=None) -> dict:
     "Run the next round (or finish the one `begin_round` started): metrics row appended, checkpoint when due."
     r = self.round
     if getattr(self, "lease", None) is not None and self.lease.lost:
         raise NodeRunning(f"{self.cfg.node_id}: another process took over this node's lease (this one stalled for over "
                           f"{self.lease.stale_after:.0f} s); stopping before round {r} so that the two do not both run it")
     row = self.run_round(r) if state is None else self.finish_round(state)
-    append_metrics(metrics_path(self.cfg), row)  # the source of truth; the tracker (if any) gets a copy, and never fails the node
+    append_jsonl(metrics_path(self.cfg), row)  # the source of truth; the tracker (if any) gets a copy, and never fails the node
     if getattr(self, "tracker", None) is None:
         from sapo_nb.trackers import open_tracker
         self.tracker = open_tracker(self.cfg, log=self.log)
@@ -541,7 +515,8 @@ def _step(self:SwarmNode, state:dict|None=None) -> dict:
     self.round = r + 1
     return row
 
-def _run(self:SwarmNode, join_current:bool=False, on_round=None) -> int:
+@patch
+def run(self:SwarmNode, join_current:bool=False, on_round=None) -> int:
     "Resume if possible, then run rounds until `cfg.rounds`; `on_round(row)` is called after each. Returns rounds run."
     try:
         self.resume(join_current)
@@ -559,10 +534,7 @@ def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
     return (f"{row['node_id']:>10} round {row['round'] + 1}/{rounds}  reward {'  -  ' if r is None else f'{r:.3f}'}  "
             f"I/J {row['I']}/{row['J']}  external {row['pool_selected']}/{row['pool_available']}  {s:.1f} s/round  ETA {eta:.1f} min")
 
+@patch
 def _progress(self:SwarmNode, row:dict):
     last, self._last_row_time = getattr(self, "_last_row_time", None), row["time"]
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
-
-SwarmNode._state, SwarmNode.resume, SwarmNode._checkpoint, SwarmNode.close = _state, _resume, _checkpoint, _close
-SwarmNode._check_restored, SwarmNode._apply_changes = _check_restored, _apply_changes
-SwarmNode.step, SwarmNode.run, SwarmNode._progress = _step, _run, _progress

@@ -6,8 +6,9 @@
 from __future__ import annotations
 import logging, math, random
 from collections import Counter
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, replace
 from .config import SAPOConfig
+from .core import Group
 
 # %% auto #0
 __all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'ADAPTIVE', 'rescore', 'has_spread', 'paper', 'uniform', 'top_reward',
@@ -29,9 +30,9 @@ REBUILD_REASONS = {
 def _rebuild(g, mix):
     "The locally rebuilt entry of candidate `g`, or the reason it cannot be used."
     from sapo_nb.tasks import rebuild_item, ItemError
-    try: entry = rebuild_item(mix, g.get("task"), g.get("item"))
+    try: entry = rebuild_item(mix, g.task, g.item)
     except ItemError as e: return None, e.reason
-    return (entry, None) if entry["question"] == g.get("question") else (None, "question_mismatch")
+    return (entry, None) if entry["question"] == g.question else (None, "question_mismatch")
 
 def _score_all(reward_fn, pairs):
     "Rewards (or the exception) for each (entry, completions) pair, in one batch when the reward function has one."
@@ -61,26 +62,26 @@ def rescore(candidates: list, # groups from the pool (untrusted)
         if why: rejected[why] += 1
         else: keep.append((g, entry))
     out = []
-    for (g, entry), rs in zip(keep, _score_all(reward_fn, [(e, list(g["completions"])) for g, e in keep])):
-        rs = rs if isinstance(rs, Exception) else _valid_rewards(rs, len(g["completions"]))
+    for (g, entry), rs in zip(keep, _score_all(reward_fn, [(e, list(g.completions)) for g, e in keep])):
+        rs = rs if isinstance(rs, Exception) else _valid_rewards(rs, len(g.completions))
         if isinstance(rs, Exception):
             if type(rs) not in _warned:
                 _warned.add(type(rs))
                 logger.warning("local reward_fn failed on an external group from %r: %r (dropped; further "
-                               "%s are only counted)", g.get("node_id"), rs, type(rs).__name__)
+                               "%s are only counted)", g.node_id, rs, type(rs).__name__)
             rejected["score_error"] += 1; continue
-        out.append({**g, "entry": entry, "rewards": rs})
+        out.append(replace(g, entry=entry, rewards=rs))
     return out, rejected
 
 def has_spread(group) -> bool:
     "True unless all G rewards are equal (then every group-relative advantage is zero)."
-    rs = group["rewards"]
+    rs = group.rewards
     return len(rs) > 1 and max(rs) != min(rs)
 
 # %% ../nbs/06_sampler.ipynb #f233e4ff
 def _canonical(cands):
     "Arrival-independent order: newest round first, then sender, then position in the sender's file."
-    return sorted(cands, key=lambda g: (-int(g.get("round", 0)), str(g.get("node_id", "")), int(g.get("index", 0))))
+    return sorted(cands, key=lambda g: (-(g.round or 0), g.node_id or "", g.index or 0))
 
 def paper(candidates, J, rng):
     "SAPO's rule: drop groups with zero advantage (all rewards equal), sample J uniformly from the rest."
@@ -95,7 +96,7 @@ def uniform(candidates, J, rng):
 
 def top_reward(candidates, J, rng):
     "Highest total (local) reward first; ties keep arrival order."
-    return sorted(candidates, key=lambda g: -sum(g["rewards"]))[:J]
+    return sorted(candidates, key=lambda g: -sum(g.rewards))[:J]
 
 def first(candidates, J, rng):
     "The first J in arrival order."
@@ -142,8 +143,8 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
                 zero_spread_dropped=zero if getattr(fn, "drops_zero_spread", False) else 0,
                 selected=len(picked), short=J - len(picked),
                 selected_zero_spread=sum(not has_spread(g) for g in picked),
-                pool_reward=_mean([r for g in scored for r in g["rewards"]]),
-                reward_selected=_mean([r for g in picked for r in g["rewards"]]))
+                pool_reward=_mean([r for g in scored for r in g.rewards]),
+                reward_selected=_mean([r for g in picked for r in g.rewards]))
     if picked and info["short"]: logger.info("only %d of J=%d external groups available", len(picked), J)
     return picked, info
 

@@ -8,6 +8,7 @@ import math, random
 from statistics import NormalDist
 import numpy as np
 import pandas as pd
+from .core import Group
 from .sampler import get_strategy  # the node's own selection rules, by name
 
 # %% auto #0
@@ -41,11 +42,12 @@ def simulate_no_learning(
     rewards = (gen.random((rounds, nodes, I + J, G)) < p).astype(float)  # baseline: all I+J groups; sharing: the first I
     train = local = ext_sum = ext_n = 0.0
     for r in range(rounds):
-        published = [[dict(rewards=rewards[r, n, i].tolist(), node_id=f"node-{n}", round=r, index=i) for i in range(I)]
+        published = [[Group("sim", {}, "", [""] * G, [False] * G, rewards=rewards[r, n, i].tolist(), node_id=f"node-{n}",
+                            round=r, index=i) for i in range(I)]
                      for n in range(nodes)]
         for n in range(nodes):
             pool = [g for other, groups in enumerate(published) if other != n for g in groups]
-            ext = [x for g in (pick(pool, J, rng) if J else []) for x in g["rewards"]]
+            ext = [x for g in (pick(pool, J, rng) if J else []) for x in g.rewards]
             own = rewards[r, n, :I]
             train += (float(own.sum()) + sum(ext)) / (own.size + len(ext))  # the batch mean, as the node logs reward_train
             local += float(own.mean()); ext_sum += sum(ext); ext_n += len(ext)

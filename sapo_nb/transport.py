@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Callable
 from fastcore.basics import patch
 from .config import SAPOConfig, valid_name
+from .core import Group, WIRE_FIELDS, ITEM_FIELDS
 from . import identity
 from .identity import IdentityError, canonical_json, check_signature, load_key, public_key_hex, sign_rollout
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'GROUP_FIELDS', 'ITEM_FIELDS', 'ROLLOUT_FIELDS', 'ITEM_BOUND', 'MAX_MODEL_CHARS', 'logger',
-           'REJECT_REASONS', 'DROP_REASONS', 'TRANSIENT_REASONS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id',
-           'make_rollout', 'encode_rollout', 'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath',
-           'Entry', 'Transport', 'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator',
-           'HivemindTransport', 'make_transport']
+__all__ = ['SCHEMA_VERSION', 'ROLLOUT_FIELDS', 'ITEM_BOUND', 'MAX_MODEL_CHARS', 'logger', 'REJECT_REASONS', 'DROP_REASONS',
+           'TRANSIENT_REASONS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout', 'encode_rollout',
+           'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath', 'Entry', 'Transport',
+           'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator', 'HivemindTransport',
+           'make_transport']
 
 # %% ../nbs/05_transport.ipynb #34a86bd4
 def _config_default(name): return SAPOConfig.__dataclass_fields__[name].default  # one default per knob: the config's
@@ -48,25 +49,28 @@ def valid_node_id(node_id) -> bool:
 # %% ../nbs/05_transport.ipynb #4db66d3c
 SCHEMA_VERSION = 2  # bump when the wire format changes; receivers reject other versions
 
-GROUP_FIELDS = ("task", "item", "question", "completions", "truncated")
-ITEM_FIELDS = ("component", "seed", "index")
 ROLLOUT_FIELDS = ("schema", "experiment", "round", "node_id", "model", "created_at", "G", "groups", "public_key", "signature")
 ITEM_BOUND = 2**31  # each item field is an int in [0, ITEM_BOUND)
 MAX_MODEL_CHARS = 256
 
+def _wire(g) -> dict:
+    "The wire fields of a `Group`, or of a dict (a malformed one is left for `check_group` to refuse)."
+    if isinstance(g, Group): return g.wire()
+    return {k: g.get(k) for k in WIRE_FIELDS} if isinstance(g, dict) else g
+
 def make_rollout(round: int, # round number the groups belong to
                  node_id: str, # sender
-                 groups: list, # dicts with at least task, item, question, completions, truncated
+                 groups: list, # `Group`s (or dicts with their wire fields)
                  G: int|None=None, # completions per group; inferred from the first group
                  model: str="", # model name, informational
                  created_at: float|None=None, # unix time; now by default
                  experiment: str="sapo", # experiment name: a rollout is only valid in its experiment
                 ) -> dict:
     "The unsigned wire object for one node's groups in one round (only the schema's fields of each group)."
-    if G is None: G = len(groups[0]["completions"]) if groups else 1
+    if G is None: G = len(_wire(groups[0])["completions"] or []) if groups else 1
     return dict(schema=SCHEMA_VERSION, experiment=experiment, round=round, node_id=node_id, model=model,
                 created_at=time.time() if created_at is None else created_at, G=G,
-                groups=[{k: g.get(k) for k in GROUP_FIELDS} for g in groups])
+                groups=[_wire(g) for g in groups])
 
 def encode_rollout(rollout: dict) -> bytes:
     "The wire bytes: canonical JSON (sorted keys, compact, UTF-8, no NaN/inf)."
@@ -116,9 +120,9 @@ def check_group(group, # one group as parsed from JSON
     "The reject reason for one group, or None if it is valid."
     lim = limits or PoolLimits()
     if not isinstance(group, dict): return "bad_group"
-    if set(group) - set(GROUP_FIELDS): return "unexpected_field"
-    if len(group) != len(GROUP_FIELDS): return "bad_group"
-    task, item, q, cs, tr = (group[k] for k in GROUP_FIELDS)
+    if set(group) - set(WIRE_FIELDS): return "unexpected_field"
+    if len(group) != len(WIRE_FIELDS): return "bad_group"
+    task, item, q, cs, tr = (group[k] for k in WIRE_FIELDS)
     if not valid_name(task): return "bad_task"
     if not (isinstance(item, dict) and set(item) == set(ITEM_FIELDS)
             and all(_in_range(item[k], 0, ITEM_BOUND) for k in ITEM_FIELDS)): return "bad_item"
@@ -157,7 +161,7 @@ def decode_rollout(data: bytes, # the received bytes
                    expected_experiment: str|None=None, # the receiver's experiment (None: do not check)
                    key_check: Callable|None=None, # (node_id, public_key) -> reject reason or None; None: signature only
                   ) -> tuple[list, list]:
-    "Validate received bytes: `(valid groups tagged with node_id/round/model/index, reject reasons)`. Never raises."
+    "Validate received bytes: `(valid Groups, with node_id/round/model/index set, reject reasons)`. Never raises."
     lim = limits or PoolLimits()
     try:
         if not isinstance(data, (bytes, bytearray)): return [], ["bad_json"]
@@ -173,8 +177,8 @@ def decode_rollout(data: bytes, # the received bytes
         for i, g in enumerate(obj["groups"]):
             why = check_group(g, obj["G"], lim)
             if why: reasons.append(why); continue
-            out.append(dict(task=g["task"], item=dict(g["item"]), question=g["question"], completions=list(g["completions"]),
-                            truncated=list(g["truncated"]), node_id=obj["node_id"], round=obj["round"], model=obj["model"], index=i))
+            out.append(Group(task=g["task"], item=dict(g["item"]), question=g["question"], completions=list(g["completions"]),
+                             truncated=list(g["truncated"]), node_id=obj["node_id"], round=obj["round"], model=obj["model"], index=i))
         return out, reasons
     except Exception as e:  # belt and braces: a reader must never crash on what a peer sent
         logger.debug("unexpected error while decoding a rollout: %r", e)
@@ -296,10 +300,10 @@ def encode(self: Transport, round: int, node_id: str, groups: list, G: int|None=
     if not valid_node_id(node_id): raise ValueError(f"node_id {node_id!r} is not a safe name: use letters, digits, _ - . (no '..', no leading '.')")
     if not _is_int(round) or round < 0: raise ValueError(f"round must be an int >= 0, got {round!r}")
     if not isinstance(model, str) or len(model) > MAX_MODEL_CHARS: raise ValueError(f"model must be a str of at most {MAX_MODEL_CHARS} characters")
-    if G is None: G = len(groups[0].get("completions") or []) if groups and isinstance(groups[0], dict) else 1
+    if G is None: G = len(_wire(groups[0]).get("completions") or []) if groups and isinstance(_wire(groups[0]), dict) else 1
     keep = []
     for i, g in enumerate(groups):
-        wire = {k: g.get(k) for k in GROUP_FIELDS} if isinstance(g, dict) else g
+        wire = _wire(g)
         why = check_group(wire, G, self.limits)
         if why is None:
             try: canonical_json(wire)
@@ -320,7 +324,7 @@ def encode(self: Transport, round: int, node_id: str, groups: list, G: int|None=
 @patch
 def publish(self: Transport, round: int, # round number
             node_id: str, # our node id (we only ever write our own entry)
-            groups: list, # our groups: dicts with task, item, question, completions, truncated
+            groups: list, # our `Group`s (only their wire fields are sent)
             G: int|None=None, # completions per group (inferred from the first group)
             model: str="", # our model name, informational
            ) -> int:
