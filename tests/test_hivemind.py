@@ -44,7 +44,7 @@ def poll(t, rnd, exclude, want, timeout=15.0):
     deadline = time.time() + timeout
     while True:
         got = t.collect(rnd, exclude=exclude)
-        if {g["node_id"] for g in got} >= set(want) or time.time() > deadline: return got
+        if {g.node_id for g in got} >= set(want) or time.time() > deadline: return got
         time.sleep(0.2)
 
 
@@ -63,21 +63,21 @@ def test_three_nodes_exchange_and_survive_one_leaving(swarm):
     for name, t in swarm.items(): assert t.publish(0, name, groups(name), model="tiny") > 0
     for name, t in swarm.items():
         got = poll(t, 0, name, set(swarm) - {name})
-        assert sorted({g["node_id"] for g in got}) == sorted(set(swarm) - {name})
+        assert sorted({g.node_id for g in got}) == sorted(set(swarm) - {name})
         assert len(got) == 4
-        assert all(g["round"] == 0 and g["model"] == "tiny" and len(g["completions"]) == 4 for g in got)
-        assert all(g["truncated"] == [True, False, False, False] and g["task"] == "basic_arithmetic" for g in got)
-        assert {g["question"] for g in got} == {f"{o} q{i}" for o in set(swarm) - {name} for i in range(2)}
+        assert all(g.round == 0 and g.model == "tiny" and len(g.completions) == 4 for g in got)
+        assert all(g.truncated == [True, False, False, False] and g.task == "basic_arithmetic" for g in got)
+        assert {g.question for g in got} == {f"{o} q{i}" for o in set(swarm) - {name} for i in range(2)}
     assert a.peers() == ["a", "b", "c"]
     assert all(t.rejected == 0 for t in swarm.values())
 
     a.close()  # the bootstrap node leaves
     b.publish(1, "b", groups("b1", n=1)); c.publish(1, "c", groups("c1", n=3))
     got_b, got_c = poll(b, 1, "b", {"c"}), poll(c, 1, "c", {"b"})
-    assert [g["question"] for g in got_b] == ["c1 q0", "c1 q1", "c1 q2"]
-    assert [g["question"] for g in got_c] == ["b1 q0"]
+    assert [g.question for g in got_b] == ["c1 q0", "c1 q1", "c1 q2"]
+    assert [g.question for g in got_c] == ["b1 q0"]
     # the round before is still readable from the survivors
-    assert {g["node_id"] for g in poll(b, 0, "b", {"a", "c"})} == {"a", "c"}
+    assert {g.node_id for g in poll(b, 0, "b", {"a", "c"})} == {"a", "c"}
 
 
 def test_alone_node_runs_and_rejects_bad_values():
@@ -99,7 +99,7 @@ def test_alone_node_runs_and_rejects_bad_values():
         # and an unowned subkey is refused by the DHT itself
         assert not t._run(t._node.store(t._key(3), signed("plain", groups("p")), exp, subkey="plain"))
         got = t.collect(3)
-        assert {g["node_id"] for g in got} == {"solo"}
+        assert {g.node_id for g in got} == {"solo"}
         assert dict(t.rejects) == {"node_mismatch": 1, "bad_json": 2, "bad_node_id": 1, "completion_too_long": 1}
         t.collect(3); assert t.rejected == 5  # polling again does not count twice
     finally:
@@ -127,7 +127,7 @@ def trio(key_folder):
 def test_overwrite_of_another_nodes_subkey_fails(trio):
     alice, bob, mallory = trio
     alice.publish(0, "alice", groups("alice"))
-    assert [g["question"] for g in poll(bob, 0, "bob", {"alice"})] == ["alice q0", "alice q1"]
+    assert [g.question for g in poll(bob, 0, "bob", {"alice"})] == ["alice q0", "alice q1"]
     honest_validator = mallory._node.protocol.record_validator
     try:
         mallory._node.protocol.record_validator = None  # a raw node: signs nothing, checks nothing
@@ -140,7 +140,7 @@ def test_overwrite_of_another_nodes_subkey_fails(trio):
         mallory._node.protocol.record_validator = honest_validator
     for t in (bob, alice):
         t._cache.clear()
-        assert [g["question"] for g in t.collect(0)] == ["alice q0", "alice q1"]
+        assert [g.question for g in t.collect(0)] == ["alice q0", "alice q1"]
         assert t.rejected == 0  # the forged values never got past the DHT's validation
 
 
@@ -155,7 +155,7 @@ def test_squatting_with_long_expiry_fails(trio):
     finally:
         mallory._node.protocol.record_validator = honest_validator
     assert mallory.publish(8, "mallory", groups("fair")) > 0  # the control: a normal expiry goes through
-    assert [g["question"] for g in poll(bob, 8, "bob", {"mallory"})] == ["fair q0", "fair q1"]
+    assert [g.question for g in poll(bob, 8, "bob", {"mallory"})] == ["fair q0", "fair q1"]
     for t in (bob, alice):
         assert t.collect(7) == []
         assert t.rejected == 0
@@ -171,5 +171,5 @@ def test_second_key_for_known_node_id_is_key_mismatch(trio):
     deadline = time.time() + 10
     while bob.rejects["key_mismatch"] < 1 and time.time() < deadline:
         time.sleep(0.2); got = bob.collect(2)
-    assert [g["question"] for g in got] == ["alice2 q0", "alice2 q1"]
+    assert [g.question for g in got] == ["alice2 q0", "alice2 q1"]
     assert dict(bob.rejects) == {"key_mismatch": 1}

@@ -47,7 +47,7 @@ def test_fifo_rollout_does_not_hang_the_reader(tmp_path):
     os.mkfifo(t.round_dir(0) / "evil.json")  # a plain open() would wait for a writer forever
     done, got = in_thread(lambda: pool(tmp_path).collect(0))
     assert done, "collect blocked on a FIFO"
-    assert {g["node_id"] for g in got} == {"honest"}
+    assert {g.node_id for g in got} == {"honest"}
 
 
 def test_fifo_counted_as_not_regular(tmp_path):
@@ -67,7 +67,7 @@ def test_symlinked_rollout_is_never_followed(tmp_path):
     os.symlink("/etc/passwd", t.round_dir(0) / "passwd.json")
     r = pool(tmp_path)
     got = r.collect(0)
-    assert all("SECRET" not in g["question"] for g in got)
+    assert all("SECRET" not in g.question for g in got)
     assert r.rejects == Counter(symlink=2)
 
 
@@ -84,7 +84,7 @@ def test_file_swapped_for_fifo_after_listing_does_not_hang(tmp_path):
     r = Swapper(tmp_path / "pool", "exp")
     done, got = in_thread(lambda: r.collect(0))
     assert done
-    assert {g["node_id"] for g in got} == {"honest"} and r.rejects == Counter(not_regular=1)
+    assert {g.node_id for g in got} == {"honest"} and r.rejects == Counter(not_regular=1)
 
 
 def test_folder_named_like_a_rollout(tmp_path):
@@ -301,7 +301,7 @@ def test_memory_transport_signs_and_checks_too():
     assert len(obj["signature"]) == 128 and obj["public_key"] == store["keys"]["a"]
     store[0]["b"] = encode_rollout(make_rollout(0, "b", groups()))  # unsigned
     r = MemoryTransport(store)
-    assert {g["node_id"] for g in r.collect(0)} == {"a"} and r.rejects == Counter(bad_key=1)
+    assert {g.node_id for g in r.collect(0)} == {"a"} and r.rejects == Counter(bad_key=1)
 
 # ------------------------------------------------------------------ the wire carries no answer
 
@@ -321,8 +321,8 @@ def test_answer_on_the_wire_is_rejected(tmp_path):
     (t.round_dir(0) / "b.json").write_bytes(encode_rollout(sign_rollout(obj, load_key("b"))))
     r = pool(tmp_path)
     got = r.collect(0)
-    assert all("answer" not in g for g in got) and r.rejects == Counter(unexpected_field=1)
-    assert [g["index"] for g in got if g["node_id"] == "b"] == [1]
+    assert all(not hasattr(g, "answer") for g in got) and r.rejects == Counter(unexpected_field=1)
+    assert [g.index for g in got if g.node_id == "b"] == [1]
 
 
 def signed_with(change, **limits):
@@ -363,8 +363,8 @@ def test_flood_cannot_crowd_out_by_name_or_time(tmp_path):
     for _ in range(40):
         r = pool(tmp_path, max_files_per_round=10)
         got = r.collect(0)
-        assert len({g["node_id"] for g in got}) == 10 and r.dropped == Counter(over_files=90)
-        honest += len({g["node_id"] for g in got if g["node_id"].startswith("zz-honest")})
+        assert len({g.node_id for g in got}) == 10 and r.dropped == Counter(over_files=90)
+        honest += len({g.node_id for g in got if g.node_id.startswith("zz-honest")})
     assert 15 <= honest <= 100, honest  # expected 40 (a tenth of 400 picks); first-by-name or -time would give 0
 
 
@@ -373,7 +373,7 @@ def test_round_caps_bound_files_bytes_groups(tmp_path):
     size = (t.round_dir(0) / "sybil0000.json").stat().st_size
     r = pool(tmp_path, max_bytes_per_round=5 * size + 50)
     got = r.collect(0)
-    assert len({g["node_id"] for g in got}) == 5 and r.dropped["over_bytes"] == 25
+    assert len({g.node_id for g in got}) == 5 and r.dropped["over_bytes"] == 25
     r = pool(tmp_path, max_groups_per_round=10)
     assert len(r.collect(0)) == 10 and r.dropped["over_groups"] == 28  # 1 cut short, 27 not read
     assert set(DROP_REASONS) >= set(r.dropped)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from sapo_nb.core import Group
 from sapo_nb.identity import canonical_json, load_key, public_key_hex, sign_rollout
 from sapo_nb.transport import (FolderTransport, MemoryTransport, PoolLimits, REJECT_REASONS, decode_rollout,
                                encode_rollout, make_rollout)
@@ -33,20 +34,20 @@ def assert_valid(groups, expected_round, limits=LIMITS, expected_node=None, decl
     assert isinstance(groups, list) and len(groups) <= limits.max_groups_per_file
     Gs = set()
     for g in groups:
-        assert set(g) == {"task", "item", "question", "completions", "truncated", "node_id", "round", "model", "index"}
-        assert type(g["task"]) is str and NODE_RE.fullmatch(g["task"]) and ".." not in g["task"]
-        it = g["item"]
+        assert isinstance(g, Group) and set(g.to_dict()) == {"task", "item", "question", "completions", "truncated", "node_id", "round", "model", "index"}
+        assert type(g.task) is str and NODE_RE.fullmatch(g.task) and ".." not in g.task
+        it = g.item
         assert type(it) is dict and set(it) == {"component", "seed", "index"}
         assert all(type(v) is int and 0 <= v < 2**31 for v in it.values())
-        assert type(g["question"]) is str and 0 < len(g["question"]) <= limits.max_question_chars
-        cs, tr = g["completions"], g["truncated"]
+        assert type(g.question) is str and 0 < len(g.question) <= limits.max_question_chars
+        cs, tr = g.completions, g.truncated
         assert type(cs) is list and type(tr) is list and len(cs) == len(tr) >= 1
         assert all(type(c) is str and 0 < len(c) <= limits.max_completion_chars for c in cs)
         assert all(type(t) is bool for t in tr)
-        assert type(g["node_id"]) is str and NODE_RE.fullmatch(g["node_id"]) and ".." not in g["node_id"]
-        if expected_node is not None: assert g["node_id"] == expected_node
-        if expected_round is not None: assert g["round"] == expected_round
-        assert type(g["model"]) is str and type(g["index"]) is int
+        assert type(g.node_id) is str and NODE_RE.fullmatch(g.node_id) and ".." not in g.node_id
+        if expected_node is not None: assert g.node_id == expected_node
+        if expected_round is not None: assert g.round == expected_round
+        assert type(g.model) is str and type(g.index) is int
         Gs.add(len(cs))
     assert len(Gs) <= 1  # one declared G per file
     if declared_G is not None and groups: assert Gs == {declared_G}
@@ -180,7 +181,7 @@ def test_valid_rollouts_lose_nothing(obj):
     if len(data) > LIMITS.max_file_bytes:
         assert reasons == ["too_large"]; return
     assert reasons == []
-    assert [{k: g[k] for k in ("task", "item", "question", "completions", "truncated")} for g in groups] == obj["groups"]
+    assert [g.wire() for g in groups] == obj["groups"]
 
 
 def test_near_valid_strategy_reaches_both_outcomes():
@@ -219,10 +220,10 @@ def test_folder_reader(files):
             except OSError: pass  # e.g. a name the file system refuses
         for _ in range(2):  # the second poll is served from the cache
             got = t.collect(3, exclude="a")
-            for node in {g["node_id"] for g in got}:
+            for node in {g.node_id for g in got}:
                 assert node == "node-1" and (d / f"{node}.json").exists()  # the only registered sender
-                assert_valid([g for g in got if g["node_id"] == node], 3, expected_node=node)
-            assert all(g["node_id"] != "a" for g in got)
+                assert_valid([g for g in got if g.node_id == node], 3, expected_node=node)
+            assert all(g.node_id != "a" for g in got)
         assert set(t.rejects) <= set(REJECT_REASONS)
         assert set(t.peers()) <= {"node-1"}
 
@@ -232,6 +233,6 @@ def test_folder_reader(files):
 def test_memory_reader(entries):
     t = MemoryTransport({3: dict(entries), "keys": {"node-1": PUB}}, limits=LIMITS, experiment="fz", key_dir=KEYS)
     got = t.collect(3)
-    for node in {g["node_id"] for g in got}:
+    for node in {g.node_id for g in got}:
         assert node == "node-1" and isinstance(entries[node], bytes)
-        assert_valid([g for g in got if g["node_id"] == node], 3, expected_node=node)
+        assert_valid([g for g in got if g.node_id == node], 3, expected_node=node)
