@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CHOICES', 'NAME_RE', 'FORK_ENV', 'PRESETS', 'valid_name', 'ConfigError', 'SAPOConfig', 'env_overrides', 'load_config',
-           'preset', 'field_docs']
+__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device', 'ConfigError', 'SAPOConfig',
+           'env_overrides', 'load_config', 'preset', 'field_docs']
 
 # %% ../nbs/00_config.ipynb #48066c83
 CHOICES = dict(
@@ -20,7 +20,6 @@ CHOICES = dict(
     wait_policy=("none", "wait"),
     adaptive=("off", "thesis", "gradient", "bandit"),
     transport=("folder", "memory", "hivemind"),
-    device=("auto", "cpu", "cuda"),
     dtype=("auto", "float32", "bfloat16", "float16"),
     compute_dtype=("auto", "float32", "bfloat16"),
     tracker=("none", "tensorboard", "wandb", "trackio"),
@@ -30,6 +29,12 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # node ids and exper
 def valid_name(name) -> bool:
     "True if `name` is safe as a node id, experiment name, file name and DHT subkey (no separators, no `..`)."
     return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and ".." not in name  # fullmatch: `$` alone lets "id\n" through
+
+DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,3})?")  # what torch accepts for one device; `models.resolve_device` checks availability
+
+def valid_device(device) -> bool:
+    "True if `device` names a device a node can run on: auto, cpu, cuda, cuda:N or mps."
+    return isinstance(device, str) and DEVICE_RE.fullmatch(device) is not None
 
 # %% ../nbs/00_config.ipynb #19d6d30b
 class ConfigError(ValueError):
@@ -104,7 +109,7 @@ class SAPOConfig:
     tracker: str = _f("none", "also send each metrics row to an experiment tracker: 'none', 'tensorboard' (event files in `<root>/<experiment>/tracker/<node_id>/`), 'wandb' (offline unless WANDB_MODE says otherwise) or 'trackio' (its local store); metrics.jsonl stays the record, and a tracker that fails turns itself off")
     # --- checkpoints and hardware
     checkpoint_every: int = _f(10, "rounds between checkpoints (0: never)")
-    device: str = _f("auto", "'auto' (CUDA if present), 'cpu' or 'cuda'")
+    device: str = _f("auto", "'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:N' (one GPU of several) or 'mps' (Apple)")
     dtype: str = _f("auto", "weights (and optimizer state): 'auto' = float32, so small updates are not rounded away; 'bfloat16' or 'float16' halve memory")
     compute_dtype: str = _f("auto", "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware runs it natively (CUDA GPUs of compute capability 8.0+, CPUs with AMX/AVX512-BF16), else float32")
 
@@ -137,6 +142,7 @@ _RULES = dict(
     weight_decay=_num(0), eps_low=_num(0, 1, hi_open=True), eps_high=_num(0), beta=_num(0),
     adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), wait_seconds=_num(0), adaptive_alpha=_num(0),
     adaptive_ema=_num(0, 1, hi_open=True),
+    device=(lambda v: valid_device(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
 )
 _BOOLS = ("share_stream", "answer_fallback", "partial_credit", "gradient_checkpointing")
 
@@ -266,10 +272,15 @@ def load_config(path=None, environ=None, preset:str|None=None, **overrides) -> S
     return SAPOConfig.from_dict({**base, **env_overrides(environ)}, **overrides)
 
 # %% ../nbs/00_config.ipynb #784b3119
+def _mix_generation(mix:str) -> dict:
+    "The generation settings a CPU mix was measured with, as config fields (`tasks.MIXES` is their one home)."
+    from sapo_nb.tasks import mix_settings
+    return {k: v for k, v in mix_settings(mix).items() if k != "prompt_style"}
+
 PRESETS = dict(
     paper={},
-    cpu=dict(mix="quick", local_questions=2, external_questions=2, completions_per_question=4, rounds=10,
-             max_new_tokens=32, temperature=0.8, answer_fallback=True, learning_rate=1e-5, checkpoint_every=5),
+    cpu=dict(mix="quick", **_mix_generation("quick"), local_questions=2, external_questions=2, completions_per_question=4,
+             rounds=10, learning_rate=1e-5, checkpoint_every=5),
 )
 
 def _preset_values(name):
@@ -279,6 +290,7 @@ def _preset_values(name):
 def preset(name:str, **overrides) -> SAPOConfig:
     "The config of preset `name`, with `overrides` on top."
     return SAPOConfig.from_dict(_preset_values(name), **overrides)
+
 
 # %% ../nbs/00_config.ipynb #015b342c
 def field_docs() -> dict:

@@ -8,6 +8,7 @@ import importlib.util, json, os, shutil, socket, string, subprocess, sys, tempfi
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+from .config import valid_device
 
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
@@ -59,13 +60,17 @@ def resolve_device(device:str="auto", # 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'
     "The torch device a policy runs on."
     import torch
     device = str(device)
+    if not valid_device(device): raise ValueError(f"device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
     if device == "auto": return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ValueError(f"device={device!r} but CUDA is not available here: use device='auto' or 'cpu'")
+        if int(device.partition(":")[2] or 0) >= torch.cuda.device_count():
+            raise ValueError(f"device={device!r} but this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0")
         return device
-    if device in ("cpu", "mps"): return device
-    raise ValueError(f"device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device='mps' but Apple's MPS backend is not available here: use device='auto' or 'cpu'")
+    return device
 
 def resolve_dtype(dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype
                  ):

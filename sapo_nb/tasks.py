@@ -38,7 +38,7 @@ MIXES = {
                                                      "recurring_event_day"])),
             ("binary_matrix", 1.0, dict(min_n=3, max_n=10, p_zero=0.25)),
         ],
-        prompt_style="reasoning", max_new_tokens=512, temperature=0.7, answer_fallback=False),
+        prompt_style="reasoning"),  # generation: SAPOConfig's defaults, the paper's
     "quick": dict(
         tasks=[
             ("basic_arithmetic", 2.0, dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=["+"], **_ARITH)),
@@ -73,7 +73,7 @@ def mix_components(mix:str="paper", # a key of `MIXES`
 
 def mix_settings(mix:str="paper", # a key of `MIXES`
                 ) -> dict:
-    "The recommended generation settings of `mix` (everything but its tasks)."
+    "The generation settings `mix` was measured with (everything but its tasks); the `cpu` preset takes them from here."
     if mix not in MIXES: raise ValueError(f"mix: got {mix!r}; allowed: {_allowed(MIXES)}")
     return {k: v for k, v in MIXES[mix].items() if k != "tasks"}
 
