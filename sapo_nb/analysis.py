@@ -8,19 +8,18 @@ import html, itertools, json, math, os, re, time, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .node import read_metrics
+from .core import PHASES, RoundMetrics, metric_columns, read_jsonl, read_run_config
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, min_p_value, paired_by_seed, per_seed,
                                 seeds_for_alpha, selection_artefact)
 
 # %% auto #0
-__all__ = ['PHASES', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS', 'METRIC_LABELS',
-           'SUMMARY_COLUMNS', 'find_runs', 'read_run_config', 'config_label', 'run_info', 'synthetic_runs', 'load_runs',
-           'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative',
-           'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_at_base_rates',
-           'seed_comparison', 'config_summary', 'plan_progress', 'seed_table', 'findings', 'effective_window',
-           'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative',
-           'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
-           'compare_with_paper', 'run_summary', 'write_report']
+__all__ = ['ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS', 'METRIC_LABELS',
+           'SUMMARY_COLUMNS', 'find_runs', 'config_label', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes',
+           'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement',
+           'compare_configs', 'metric_label', 'artefact_at_base_rates', 'seed_comparison', 'config_summary',
+           'plan_progress', 'seed_table', 'findings', 'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards',
+           'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j',
+           'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/09_analysis.ipynb #5f6dd8a0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
@@ -38,13 +37,6 @@ def find_runs(
         if "logs" in dirs and any(p.is_file() for p in logs.glob("*/metrics.jsonl")): runs.append(Path(d))
         dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS)
     return sorted(runs)
-
-def read_run_config(run_dir) -> list:
-    "The node configs in `run_dir/config.json` (`{'nodes': [...]}` or a single config dict); [] when absent or unreadable."
-    try: c = json.loads((Path(run_dir) / "config.json").read_text())
-    except (OSError, ValueError): return []
-    nodes = c.get("nodes", [c]) if isinstance(c, dict) else c if isinstance(c, list) else []
-    return [n for n in nodes if isinstance(n, dict)]
 
 def _is_adaptive(v) -> bool: return str(v).lower() not in ("off", "none", "false", "0", "", "nan")
 
@@ -113,25 +105,20 @@ def synthetic_runs(
                     if eval_every and ((r + 1) % eval_every == 0 or r + 1 == rounds):  # after r + 1 updates
                         acc = eval_base + (p - eval_base) * (r + 1) / rounds
                         ev.update(eval_pass1=erng.binomial(eval_questions, acc) / eval_questions, eval_n=eval_questions)
-                    lines.append(json.dumps(dict(
+                    lines.append(json.dumps(RoundMetrics(
                         round=r, node_id=c["node_id"], I=i, J=j, G=G, model="synthetic", reward_local=rl, reward_external=rx,
                         reward_train=(i * (rl or 0) + j * (rx or 0)) / (i + j), frac_zero_std=float(rng.random() * 0.5),
                         pool_available=(nodes - 1) * I if j else 0, pool_rejected=0, pool_selected=j,
                         pool_peers=nodes - 1 if j else 0, loss=float(rng.normal(0, 0.01)), clip_frac=0.0, clip_frac_low=0.0,
                         clip_frac_high=0.0, kl=0.0, entropy=float(1 + rng.random()), grad_norm=float(rng.random()),
                         tokens_generated=i * G * 32, tokens_trained=(i + j) * G * 32, truncated=0, seconds=sec,
-                        peak_memory_mb=512.0, time=t, **ev)))
+                        peak_memory_mb=512.0, time=t, **ev).to_row()))
                 (log / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return root
 
 # %% ../nbs/09_analysis.ipynb #cf538de0
-PHASES = ("generate", "reward", "publish", "collect", "select", "train")  # the timed phases of a round, in order
 ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive")
-METRIC_COLUMNS = ("I", "J", "G", "model", "reward_local", "reward_external", "reward_train", "frac_zero_std",
-                  "pool_available", "pool_rejected", "pool_selected", "pool_peers", "loss", "clip_frac", "clip_frac_low",
-                  "clip_frac_high", "kl", "entropy", "grad_norm", "tokens_generated", "tokens_trained", "truncated",
-                  *(f"seconds_{p}" for p in PHASES), "seconds_total", "peak_memory_mb", "time",
-                  "eval_base_pass1", "eval_pass1", "eval_n", "eval_tokens", "eval_seconds")  # held-out: NaN where not evaluated
+METRIC_COLUMNS = metric_columns()  # `core.RoundMetrics`, flattened; held-out columns are NaN where not evaluated
 
 
 def _flat_row(row:dict) -> dict|None:
@@ -159,7 +146,7 @@ def load_runs(
         for f in sorted((run_dir / "logs").glob("*/metrics.jsonl")):
             node = f.parent.name  # the folder is authoritative: a node writes only its own
             adaptive = str(nodes.get(node, {}).get("adaptive", "off"))
-            for r in map(_flat_row, read_metrics(f)):
+            for r in map(_flat_row, read_jsonl(f)):
                 if r is not None: rows.append({**r, **info, "node_id": node, "adaptive": adaptive})
     df = pd.DataFrame(rows)
     extra = sorted(c for c in df.columns if c not in ID_COLUMNS + METRIC_COLUMNS)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'PHASES', 'METRIC_FIELDS', 'Group', 'atomic_write', 'open_regular',
-           'read_json_file', 'read_jsonl', 'append_jsonl', 'RoundMetrics', 'valid_metrics_row', 'metric_columns']
+           'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'experiment_dir', 'metrics_path',
+           'checkpoint_dir', 'RoundMetrics', 'valid_metrics_row', 'metric_columns']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 WIRE_FIELDS = ("task", "item", "question", "completions", "truncated")  # what a node publishes of a group, and nothing else
@@ -96,6 +97,17 @@ def append_jsonl(path, row:dict):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n"); f.flush(); os.fsync(f.fileno())
+
+def read_run_config(run_dir) -> list:
+    "The node configs in `run_dir/config.json` (`{'nodes': [...]}` or a single config dict); [] when absent or unreadable."
+    c = read_json_file(Path(run_dir) / "config.json", limit=JSONL_MAX_BYTES)
+    nodes = c.get("nodes", [c]) if isinstance(c, dict) else c if isinstance(c, list) else []
+    return [n for n in nodes if isinstance(n, dict)]
+
+# %% ../nbs/00_core.ipynb #6dc9108f
+def experiment_dir(cfg) -> Path: return Path(cfg.root) / cfg.experiment
+def metrics_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "metrics.jsonl"
+def checkpoint_dir(cfg) -> Path: return experiment_dir(cfg) / "checkpoints" / cfg.node_id
 
 # %% ../nbs/00_core.ipynb #41487f7c
 _COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it

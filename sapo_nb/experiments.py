@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, valid_name
-from .node import experiment_dir, metrics_path, read_metrics, atomic_write
+from .core import experiment_dir, metrics_path, read_jsonl, atomic_write
 from .swarm import node_configs, run_inline, parse_override
 
 # %% auto #0
@@ -117,7 +117,7 @@ def format_plan(resolved:dict) -> str:
 # %% ../nbs/12_experiments.ipynb #a5c7937d
 def rounds_done(cfgs:list) -> dict:
     "Node id -> how many of the rounds `0 … rounds-1` its metrics file has."
-    return {c.node_id: len({r.get("round") for r in read_metrics(metrics_path(c))} & set(range(c.rounds))) for c in cfgs}
+    return {c.node_id: len({r.get("round") for r in read_jsonl(metrics_path(c))} & set(range(c.rounds))) for c in cfgs}
 
 def run_complete(cfgs:list) -> bool:
     "Whether every node of the run logged every round."

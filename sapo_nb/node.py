@@ -9,18 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
-from .core import Group, RoundMetrics, atomic_write, open_regular, read_jsonl, append_jsonl
+from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, append_jsonl, experiment_dir, metrics_path,
+                          checkpoint_dir)
 
 # %% auto #0
-__all__ = ['read_metrics', 'LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'experiment_dir', 'metrics_path',
-           'checkpoint_dir', 'truncate_metrics', 'NodeRunning', 'lease_path', 'read_lease', 'NodeLease',
-           'CheckpointError', 'save_checkpoint', 'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode',
-           'ResumeError', 'progress_line']
-
-# %% ../nbs/07_node.ipynb #ba9ac1cd
-def experiment_dir(cfg:SAPOConfig) -> Path: return Path(cfg.root) / cfg.experiment
-def metrics_path(cfg:SAPOConfig) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "metrics.jsonl"
-def checkpoint_dir(cfg:SAPOConfig) -> Path: return experiment_dir(cfg) / "checkpoints" / cfg.node_id
+__all__ = ['read_metrics', 'LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'truncate_metrics',
+           'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint',
+           'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError', 'progress_line']
 
 # %% ../nbs/07_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int) -> int:

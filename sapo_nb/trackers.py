@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib, json, math, os, re
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, valid_name
-from .node import experiment_dir, read_metrics
+from .core import experiment_dir, read_jsonl, read_run_config
 
 # %% auto #0
 __all__ = ['ROW_STEP', 'ROW_TIME', 'EXTRAS', 'TRACKERS', 'TRACKER_CLASSES', 'row_step', 'flatten_row', 'TrackerError', 'Tracker',
@@ -203,7 +203,6 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
                log=print,            # where progress goes
               ) -> dict:
     "Replay a finished run's metrics into tracker `to`, one tracker run per node. Returns {node: rounds sent}."
-    from sapo_nb.analysis import read_run_config
     if to not in TRACKER_CLASSES: raise TrackerError(f"to: got {to!r}; allowed: {', '.join(TRACKER_CLASSES)}")
     run_dir = Path(run_dir)
     nodes = sorted(p.parent.name for p in (run_dir / "logs").glob("*/metrics.jsonl") if valid_name(p.parent.name))
@@ -213,7 +212,7 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
     sent = {}
     for node in nodes:
         t = make_tracker(to, out / node, project, node, configs.get(node), log=log, strict=True)
-        for row in run_rows(read_metrics(run_dir / "logs" / node / "metrics.jsonl")): t.log(row)
+        for row in run_rows(read_jsonl(run_dir / "logs" / node / "metrics.jsonl")): t.log(row)
         t.close()
         if t.error is not None: raise TrackerError(f"{node}: {t.error}")
         sent[node] = t.rows
