@@ -94,6 +94,12 @@ class SAPOConfig:
     adaptive_ema: float = _f(0.9, "EMA factor beta of the 'gradient' rule's baseline")
     transport: str = _f("folder", "'folder' (shared folder), 'memory' (one process) or 'hivemind' (DHT)")
     initial_peers: tuple = _f((), "hivemind multiaddrs to bootstrap from; empty = start a new swarm")
+    host_maddrs: tuple = _f(("/ip4/0.0.0.0/tcp/0",), "hivemind: multiaddrs to listen on; /ip4/127.0.0.1/tcp/0 keeps the node on this machine, /ip4/0.0.0.0/tcp/31337 fixes the port to forward")
+    announce_maddrs: tuple = _f((), "hivemind: multiaddrs to give peers instead of the ones the node sees itself, e.g. /ip4/<public IP>/tcp/31337 behind a port forward")
+    client_mode: bool = _f(False, "hivemind: only dial out, never accept connections (Colab and other peers behind NAT); needs a reachable peer in initial_peers")
+    use_relay: bool = _f(True, "hivemind: let peers that cannot accept connections be reached through a relay")
+    use_auto_relay: bool = _f(False, "hivemind: look for relays automatically and announce addresses through them (for nodes behind NAT that others must reach)")
+    identity_path: str = _f("", "hivemind: file with this node's libp2p private key (created if missing), so its peer id and multiaddrs survive restarts; empty: a new identity each start")
     keep_rounds: int = _f(0, "pool retention: keep the last N rounds of rollouts (0 keeps all)")
     max_completion_chars: int = _f(16384, "pool: reject a received completion longer than this (characters)")
     max_question_chars: int = _f(4096, "pool: reject a received question longer than this (characters)")
@@ -115,6 +121,7 @@ class SAPOConfig:
 
     def __post_init__(self):
         self.tasks, self.initial_peers = tuple(self.tasks), tuple(self.initial_peers)
+        self.host_maddrs, self.announce_maddrs = tuple(self.host_maddrs), tuple(self.announce_maddrs)
         self.validate()
 
 # %% ../nbs/00_config.ipynb #e8ec5354
@@ -144,7 +151,7 @@ _RULES = dict(
     adaptive_ema=_num(0, 1, hi_open=True),
     device=(lambda v: valid_device(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
 )
-_BOOLS = ("share_stream", "answer_fallback", "partial_credit", "gradient_checkpointing")
+_BOOLS = ("share_stream", "answer_fallback", "partial_credit", "gradient_checkpointing", "client_mode", "use_relay", "use_auto_relay")
 
 # %% ../nbs/00_config.ipynb #dfa0bcca
 def _fail(name, value, allowed): raise ConfigError(f"SAPOConfig.{name}: got {value!r}; allowed: {allowed}")
@@ -177,7 +184,11 @@ def _validate(self: SAPOConfig):
     if self.mix not in _mix_names(): _fail("mix", self.mix, ", ".join(_mix_names()))
     unknown = [t for t in self.tasks if t not in _mix_tasks(self.mix)]
     if unknown: _fail("tasks", unknown, f"tasks of mix {self.mix!r}: " + ", ".join(_mix_tasks(self.mix)))
-    if not all(isinstance(p, str) and p for p in self.initial_peers): _fail("initial_peers", self.initial_peers, "multiaddr strings")
+    for name in ("initial_peers", "host_maddrs", "announce_maddrs"):
+        if not all(isinstance(p, str) and p.startswith("/") for p in getattr(self, name)):
+            _fail(name, getattr(self, name), "multiaddr strings, e.g. /ip4/203.0.113.7/tcp/31337")
+    if not self.host_maddrs and not self.client_mode: _fail("host_maddrs", (), "at least one multiaddr to listen on (or client_mode)")
+    if not isinstance(self.identity_path, str): _fail("identity_path", self.identity_path, "a file path, or empty")
     return self
 
 SAPOConfig.validate = _validate

@@ -254,8 +254,11 @@ def open_transport(cfg:SAPOConfig):
     "The pool transport the config names, with its limits."
     from dataclasses import fields
     from sapo_nb.transport import make_transport, PoolLimits
+    network = {} if cfg.transport != "hivemind" else dict(
+        host_maddrs=cfg.host_maddrs, announce_maddrs=list(cfg.announce_maddrs) or None, client_mode=cfg.client_mode,
+        use_relay=cfg.use_relay, use_auto_relay=cfg.use_auto_relay, identity_path=cfg.identity_path or None)
     return make_transport(cfg.transport, root=cfg.root, experiment=cfg.experiment, initial_peers=cfg.initial_peers,
-                          **{f.name: getattr(cfg, f.name) for f in fields(PoolLimits)})
+                          **{f.name: getattr(cfg, f.name) for f in fields(PoolLimits)}, **network)
 
 def _mean(xs): xs = list(xs); return sum(xs) / len(xs) if xs else None
 
@@ -280,7 +283,9 @@ class SwarmNode:
         self.reward_fn = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=cfg.partial_credit, bounded=True)
         self.reward_fn.start()  # in the background: the first round waits for it only if it is not up yet
         self.transport = transport or open_transport(cfg)
-        if hasattr(self.transport, "maddrs"):  # a DHT node: say how others join it
+        if hasattr(self.transport, "maddrs") and cfg.client_mode:  # dials out only: nobody can join through it
+            log(f"{cfg.node_id}: on the hivemind DHT in client mode, through {len(cfg.initial_peers)} initial peer(s)")
+        elif hasattr(self.transport, "maddrs"):  # a DHT node: say how others join it
             log(f"{cfg.node_id}: on the hivemind DHT; other nodes join with --transport hivemind --initial-peers "
                 + " ".join(self.transport.maddrs))
         self.strategy = strategy or cfg.selection

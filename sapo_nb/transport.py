@@ -755,13 +755,14 @@ class HivemindTransport(Transport):
     tofu = True
     def __init__(self, experiment: str, # experiment name, the key prefix
                  initial_peers: list|tuple=(), # multiaddrs of running nodes; empty: start alone
-                 host_maddrs: list|tuple=("/ip4/0.0.0.0/tcp/0",), # where to listen (loopback for tests)
+                 host_maddrs: list|tuple=_config_default("host_maddrs"), # where to listen (loopback for tests)
                  expiration: float=3600.0, # seconds a published rollout stays in the DHT
                  limits: PoolLimits|None=None,
                  timeout: float=60.0, # seconds for start-up and for each DHT call
                  key_dir: str|Path|None=None, # our private Ed25519 keys; `identity.key_dir()` by default
                  max_expiration: float|None=None, # refuse records expiring later than now + this; 2 * expiration by default
-                 **p2p_kwargs, # passed to hivemind's DHTNode/P2P (e.g. announce_maddrs, nat_port_map=True)
+                 client_mode: bool=False, # only dial out (behind NAT): serve no DHT requests, accept no connections
+                 **p2p_kwargs, # passed to hivemind's P2P: announce_maddrs, use_relay, use_auto_relay, identity_path, ...
                 ):
         super().__init__(limits, experiment, key_dir)
         try:
@@ -786,7 +787,8 @@ class HivemindTransport(Transport):
         threads_before = set(threading.enumerate())
         try:
             self._node = self._run(DHTNode.create(initial_peers=[str(p) for p in initial_peers] or None,
-                                                  host_maddrs=list(host_maddrs), record_validator=validator, **p2p_kwargs))
+                                                  host_maddrs=list(host_maddrs), record_validator=validator,
+                                                  client_mode=client_mode, **p2p_kwargs))
         except BaseException as e:
             # a p2p daemon that failed to start exits by itself: let asyncio's watcher report its exit to our loop
             # before the loop closes (else: "Loop ... that handles pid ... is closed")

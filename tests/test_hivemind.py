@@ -173,3 +173,107 @@ def test_second_key_for_known_node_id_is_key_mismatch(trio):
         time.sleep(0.2); got = bob.collect(2)
     assert [g.question for g in got] == ["alice2 q0", "alice2 q1"]
     assert dict(bob.rejects) == {"key_mismatch": 1}
+
+
+# --- networking options, and swarms across hosts -------------------------------------------------------------------
+
+def test_identity_file_keeps_the_peer_id(tmp_path):
+    "A node restarted with the same identity file comes back with the same peer id, so its multiaddr stays valid."
+    path = tmp_path / "node.id"
+    first = HivemindTransport("hm-id", identity_path=str(path), **LOOPBACK)
+    peer = first.maddrs[0].split("/p2p/")[1]; first.close()
+    assert path.is_file()
+    again = HivemindTransport("hm-id", identity_path=str(path), **LOOPBACK)
+    try: assert again.maddrs[0].split("/p2p/")[1] == peer
+    finally: again.close()
+
+
+def test_announced_address_is_what_peers_are_given():
+    "Behind a port forward, the node tells peers the public address it was given, not the one it sees."
+    a = HivemindTransport("hm-ann", announce_maddrs=["/ip4/203.0.113.7/tcp/31337"], **LOOPBACK)
+    try: assert [m.split("/p2p/")[0] for m in a.maddrs] == ["/ip4/203.0.113.7/tcp/31337"]
+    finally: a.close()
+
+
+def test_client_mode_node_shares_both_ways(swarm):
+    "A node that only dials out (as on Colab) still publishes to the swarm and reads from it."
+    c = HivemindTransport("hm-test", initial_peers=swarm["a"].maddrs, client_mode=True, **LOOPBACK)
+    try:
+        c.publish(0, "colab", groups("colab")); swarm["b"].publish(0, "b", groups("b"))
+        assert {g.question for g in poll(swarm["a"], 0, "a", {"colab"}) if g.node_id == "colab"} == {"colab q0", "colab q1"}
+        assert {g.node_id for g in poll(c, 0, "colab", {"b"})} >= {"b"}
+    finally: c.close()
+
+
+def _netns_available() -> str|None:
+    "None if network namespaces can be made here (root, iproute2), else why not."
+    import shutil, subprocess
+    if os.geteuid() != 0 or shutil.which("ip") is None: return "needs root and iproute2 for network namespaces"
+    r = subprocess.run(["ip", "netns", "add", "sapo-probe"], capture_output=True, text=True)
+    if r.returncode: return f"ip netns add failed: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", "sapo-probe"], capture_output=True)
+    return None
+
+
+_HOST = '''
+import json, os, sys, time, tempfile
+os.environ["SAPO_KEY_DIR"] = tempfile.mkdtemp()
+from sapo_nb.transport import HivemindTransport
+me, listen, client, peers, want = sys.argv[1], sys.argv[2], sys.argv[3] == "client", json.loads(sys.argv[4]), set(json.loads(sys.argv[5]))
+t = HivemindTransport("hm-hosts", host_maddrs=[listen], initial_peers=peers, client_mode=client, nat_port_map=False,
+                      auto_nat=False, use_relay=False, timeout=30)
+print(json.dumps(t.maddrs), flush=True)
+t.publish(0, me, [dict(task="basic_arithmetic", item=dict(component=0, seed=1, index=0), question="from " + me,
+                       completions=["1", "2"], truncated=[False, False])])
+deadline, got = time.time() + 60, []
+while time.time() < deadline:
+    got = t.collect(0, exclude=me)
+    if {g.node_id for g in got} >= want: break
+    time.sleep(0.3)
+print(json.dumps(sorted(g.question for g in got)), flush=True)
+time.sleep(3)  # stay up a little: the others may still be reading through us
+t.close()
+'''
+
+
+def test_swarm_across_hosts_in_network_namespaces():
+    """Three hosts with their own network stacks (Linux network namespaces on a virtual switch): a server, a second
+    server that joins it by its address, and a node behind "NAT" that listens only on its own loopback and dials out
+    in client mode. Each one reads the other two's groups. Skipped where namespaces cannot be made (not root)."""
+    import json, subprocess, sys
+    why = _netns_available()
+    if why: pytest.skip(why)
+    tag = f"sapo{os.getpid() % 10000}"
+    hosts = {"srv": "10.77.0.1", "peer": "10.77.0.2", "natted": "10.77.0.3"}
+    sh = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True)
+    made, procs = [], []
+    try:
+        sh("ip", "link", "add", f"{tag}br", "type", "bridge"); made.append(("link", f"{tag}br"))
+        sh("ip", "link", "set", f"{tag}br", "up")
+        for i, (name, addr) in enumerate(hosts.items()):
+            ns = f"{tag}{name}"
+            sh("ip", "netns", "add", ns); made.append(("netns", ns))
+            sh("ip", "link", "add", f"{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            made.append(("link", f"{tag}v{i}"))
+            sh("ip", "link", "set", f"{tag}v{i}", "master", f"{tag}br", "up")
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up"); sh("ip", "-n", ns, "link", "set", "lo", "up")
+        def start(name, listen, mode, peers, want):
+            p = subprocess.Popen(["ip", "netns", "exec", f"{tag}{name}", sys.executable, "-c", _HOST, name, listen, mode,
+                                  json.dumps(peers), json.dumps(want)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            procs.append(p); return p
+        srv = start("srv", "/ip4/10.77.0.1/tcp/0", "server", [], ["peer", "natted"])
+        srv_addr = json.loads(srv.stdout.readline())
+        assert srv_addr[0].startswith("/ip4/10.77.0.1/")
+        peer = start("peer", "/ip4/10.77.0.2/tcp/0", "server", srv_addr, ["srv", "natted"])
+        natted = start("natted", "/ip4/127.0.0.1/tcp/0", "client", srv_addr, ["srv", "peer"])  # unreachable from outside
+        got = {}
+        for name, p in (("peer", peer), ("natted", natted), ("srv", srv)):
+            if name != "srv": json.loads(p.stdout.readline())
+            got[name] = json.loads(p.stdout.readline())
+        assert got == {"srv": ["from natted", "from peer"], "peer": ["from natted", "from srv"], "natted": ["from peer", "from srv"]}
+    finally:
+        for p in procs:
+            p.kill(); p.wait()
+        for kind, name in reversed(made):
+            subprocess.run(["ip", kind, "del", name], capture_output=True)
