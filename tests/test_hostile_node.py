@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from sapo_nb.config import SAPOConfig
-from sapo_nb.node import (SwarmNode, NodeLease, NodeRunning, ResumeError, CheckpointError, checkpoint_dir, lease_path,
-                          metrics_path, read_metrics, save_checkpoint, _digest)
+from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
+from sapo_nb.node import SwarmNode, NodeLease, NodeRunning, ResumeError, CheckpointError, lease_path, save_checkpoint, _digest
 from sapo_nb.transport import MemoryTransport
 
 
@@ -40,7 +40,7 @@ def test_duplicate_node_id_refused(tmp_path):
     with pytest.raises(NodeRunning, match="node-0 is already running"): node(cfg).resume()
     first.close()
     second = node(cfg); test_rounds = second.run()
-    assert test_rounds == 3 and [r["round"] for r in read_metrics(metrics_path(cfg))] == [0, 1, 2]
+    assert test_rounds == 3 and [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1, 2]
 
 
 def test_duplicate_node_id_in_another_process_refused_until_it_dies(tmp_path):
@@ -90,7 +90,7 @@ def test_truncated_newest_checkpoint_falls_back(tmp_path):
     n = node(cfg.replace(rounds=4), said)
     assert n.resume() == 2  # round 1's checkpoint
     assert any("round 2 skipped" in s and "checksum" in s for s in said), said
-    assert [r["round"] for r in read_metrics(metrics_path(cfg))] == [0, 1]
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1]
     n.close()
 
 
@@ -135,7 +135,7 @@ def test_resume_with_changed_ij_applied(tmp_path):
     said = []
     n = node(cfg.replace(rounds=3, local_questions=3), said)
     n.run()
-    rows = read_metrics(metrics_path(cfg))
+    rows = read_jsonl(metrics_path(cfg))
     assert [(r["round"], r["I"]) for r in rows] == [(0, 2), (1, 2), (2, 3)]
     assert any("local_questions 2 -> 3" in s for s in said), said
 

@@ -215,7 +215,8 @@ def test_node_copies_every_row_to_its_tracker(tmp_path, monkeypatch):
     "A node run with tracker='tensorboard' sends each metrics row it writes, and the JSONL stays complete."
     needs("tensorboardX")
     monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path / "keys"))
-    from sapo_nb.node import SwarmNode, read_metrics, metrics_path
+    from sapo_nb.node import SwarmNode
+    from sapo_nb.core import read_jsonl, metrics_path
     from sapo_nb.transport import MemoryTransport
     cfg = SAPOConfig(model="tiny", mix="quick", root=str(tmp_path), node_id="node-0", local_questions=2, external_questions=0,
                      completions_per_question=3, max_new_tokens=6, rounds=3, checkpoint_every=0, eval_every=0,
@@ -225,4 +226,4 @@ def test_node_copies_every_row_to_its_tracker(tmp_path, monkeypatch):
     assert node.tracker is None  # closed with the run
     events = read_events(tracker_dir(cfg))
     assert sorted(s for k, s in events if k == "reward_local") == [0, 1, 2]
-    assert [r["round"] for r in read_metrics(metrics_path(cfg))] == [0, 1, 2]
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1, 2]
