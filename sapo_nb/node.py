@@ -477,7 +477,7 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
         rows = read_jsonl(metrics_path(self.cfg))
         if rows:  # rounds ran but none was checkpointed: start over, cleanly
             truncate_metrics(metrics_path(self.cfg), -1)
-        self.round = max(self.transport._rounds(), default=0) if join_current else 0
+        self.round = max(self.transport.rounds(), default=0) if join_current else 0
         return self.round
     self._apply_changes(st)
     if "stream" in st: self.stream.restore(st["stream"])

@@ -415,6 +415,11 @@ def collect_recent(self: Transport, round: int, exclude: str|None=None, max_stal
     return [g for r in range(round, max(-1, round - max_staleness - 1), -1) for g in self.collect(r, exclude)]
 
 @patch
+def rounds(self: Transport) -> list:
+    "Sorted round numbers that have entries in the pool (what a late joiner looks at to find the current round)."
+    return self._rounds()
+
+@patch
 def peers(self: Transport) -> list:
     "Sorted node ids whose rollouts this transport accepted, and our own."
     return sorted(self._accepted | set(self._registered))
