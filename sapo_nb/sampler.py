@@ -149,6 +149,8 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
     return picked, info
 
 # %% ../nbs/06_sampler.ipynb #eba8909a
+_TOTAL = SAPOConfig.local_questions + SAPOConfig.external_questions  # the config's I + J: one default
+
 def _round_half_up(x: float) -> int: return int(math.floor(x + 0.5))
 
 def _j_max(total: int) -> int:
@@ -168,8 +170,8 @@ def _advantage(reward_local, reward_pool, signal) -> float|None:
 @dataclass
 class FixedIJ:
     "No adaptation: the configured I/J every round (I = 0 allowed: nothing is steered)."
-    total: int = 8 # I + J
-    J: int = 4
+    total: int = _TOTAL # I + J
+    J: int = SAPOConfig.external_questions
     kind = "off"
     @property
     def ij(self) -> tuple[int, int]: return self.total - self.J, self.J
@@ -190,8 +192,8 @@ class _StepJ:
 @dataclass
 class ThesisIJ(_StepJ):
     "The thesis proposal's rule as written: J += alpha * (reward_pool - reward_local), J kept in [0, I+J-1]."
-    total: int = 8 # I + J, fixed
-    J: float = 4.0 # kept as a float; `ij` rounds it half-up
+    total: int = _TOTAL # I + J, fixed
+    J: float = float(SAPOConfig.external_questions) # kept as a float; `ij` rounds it half-up
     alpha: float = SAPOConfig.adaptive_alpha # groups per unit of advantage per round (the thesis: 0.05-0.2)
     steps: int = 0
     kind = "thesis"
@@ -211,8 +213,8 @@ class ThesisIJ(_StepJ):
 @dataclass
 class GradientIJ(_StepJ):
     "The thesis rule with an EMA baseline: J += alpha * (r - b), J kept in [0, I+J-1]; r = reward_pool - reward_local."
-    total: int = 8 # I + J, fixed
-    J: float = 4.0 # kept as a float; `ij` rounds it half-up
+    total: int = _TOTAL # I + J, fixed
+    J: float = float(SAPOConfig.external_questions) # kept as a float; `ij` rounds it half-up
     alpha: float = SAPOConfig.adaptive_alpha # step size (groups per unit of reward)
     ema: float = SAPOConfig.adaptive_ema # baseline decay beta
     baseline: float|None = 0.0 # None: start at the first signal
@@ -236,8 +238,8 @@ class GradientIJ(_StepJ):
 @dataclass
 class BanditIJ:
     "Discounted UCB over J values; arm reward = improvement of the local reward after training with that J."
-    total: int = 8 # I + J, fixed
-    J: int = 4 # arm in use now (snapped to the nearest arm)
+    total: int = _TOTAL # I + J, fixed
+    J: int = SAPOConfig.external_questions # arm in use now (snapped to the nearest arm)
     discount: float = 0.98 # per-round decay of the evidence (gamma)
     explore: float = 0.1 # UCB bonus scale, in reward units (about the noise of a round-to-round change)
     arms: list|None = None # J values in 0..total-1 (I >= 1); default every (total//4)-th value
