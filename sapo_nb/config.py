@@ -94,7 +94,7 @@ class SAPOConfig:
     adaptive_ema: float = _f(0.9, "EMA factor beta of the 'gradient' rule's baseline")
     transport: str = _f("folder", "'folder' (shared folder), 'memory' (one process) or 'hivemind' (DHT)")
     initial_peers: tuple = _f((), "hivemind multiaddrs to bootstrap from; empty = start a new swarm")
-    host_maddrs: tuple = _f(("/ip4/0.0.0.0/tcp/0",), "hivemind: multiaddrs to listen on; /ip4/127.0.0.1/tcp/0 keeps the node on this machine, /ip4/0.0.0.0/tcp/31337 fixes the port to forward")
+    host_maddrs: tuple = _f(("/ip4/127.0.0.1/tcp/0",), "hivemind: multiaddrs to listen on; the default keeps the node on this machine: name an interface (/ip4/192.168.1.5/tcp/0) or all of them (/ip4/0.0.0.0/tcp/31337) for peers on other machines")
     announce_maddrs: tuple = _f((), "hivemind: multiaddrs to give peers instead of the ones the node sees itself, e.g. /ip4/<public IP>/tcp/31337 behind a port forward")
     client_mode: bool = _f(False, "hivemind: only dial out, never accept connections (Colab and other peers behind NAT); needs a reachable peer in initial_peers")
     use_relay: bool = _f(True, "hivemind: let peers that cannot accept connections be reached through a relay")

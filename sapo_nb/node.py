@@ -288,6 +288,9 @@ class SwarmNode:
         elif hasattr(self.transport, "maddrs"):  # a DHT node: say how others join it
             log(f"{cfg.node_id}: on the hivemind DHT; other nodes join with --transport hivemind --initial-peers "
                 + " ".join(self.transport.maddrs))
+            if all("/127.0.0.1/" in m or "/::1/" in m for m in cfg.host_maddrs):
+                log(f"{cfg.node_id}: listening on this machine only; for peers on other machines pass --host-maddrs "
+                    "/ip4/<this machine's address>/tcp/0 (or /ip4/0.0.0.0/tcp/31337 for every interface, fixed port)")
         self.strategy = strategy or cfg.selection
         self.controller = make_controller(cfg.adaptive, cfg.local_questions, cfg.external_questions,
                                           cfg.adaptive_alpha, cfg.adaptive_ema)

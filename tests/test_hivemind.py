@@ -215,38 +215,44 @@ def _netns_available() -> str|None:
     return None
 
 
-_HOST = '''
-import json, os, sys, time, tempfile
-os.environ["SAPO_KEY_DIR"] = tempfile.mkdtemp()
-from sapo_nb.transport import HivemindTransport
-me, listen, client, peers, want = sys.argv[1], sys.argv[2], sys.argv[3] == "client", json.loads(sys.argv[4]), set(json.loads(sys.argv[5]))
-t = HivemindTransport("hm-hosts", host_maddrs=[listen], initial_peers=peers, client_mode=client, nat_port_map=False,
-                      auto_nat=False, use_relay=False, timeout=30)
-print(json.dumps(t.maddrs), flush=True)
-t.publish(0, me, [dict(task="basic_arithmetic", item=dict(component=0, seed=1, index=0), question="from " + me,
-                       completions=["1", "2"], truncated=[False, False])])
-deadline, got = time.time() + 60, []
-while time.time() < deadline:
-    got = t.collect(0, exclude=me)
-    if {g.node_id for g in got} >= want: break
-    time.sleep(0.3)
-print(json.dumps(sorted(g.question for g in got)), flush=True)
-time.sleep(3)  # stay up a little: the others may still be reading through us
-t.close()
-'''
+def _node_cmd(name, root, listen, peers=(), client=False, rounds=12):
+    "`sapo node` for one tiny node of the cross-host swarm (its own folder: each host has its own disk)."
+    import sys
+    return [sys.executable, "-c", "from sapo_nb.cli import main; raise SystemExit(main())", "node", "--node-id", name,
+            "--root", str(root), "--experiment", "hosts", "--transport", "hivemind", "--model", "tiny", "--mix", "quick",
+            "--rounds", str(rounds), "-I", "2", "-J", "2", "-G", "3", "--max-new-tokens", "6", "--eval-every", "0",
+            "--checkpoint-every", "0", "--wait-policy", "wait", "--wait-peers", "2", "--wait-seconds", "4",
+            "--host-maddrs", listen, *(["--initial-peers", *peers] if peers else []), *(["--client-mode"] if client else [])]
 
 
-def test_swarm_across_hosts_in_network_namespaces():
-    """Three hosts with their own network stacks (Linux network namespaces on a virtual switch): a server, a second
-    server that joins it by its address, and a node behind "NAT" that listens only on its own loopback and dials out
-    in client mode. Each one reads the other two's groups. Skipped where namespaces cannot be made (not root)."""
-    import json, subprocess, sys
+def test_swarm_across_hosts_in_network_namespaces(tmp_path):
+    """Three hosts with their own network stacks (Linux network namespaces on a virtual switch) train together through
+    the DHT: a server, a second server that joins it by its address, and a node behind "NAT" that listens only on its
+    own loopback and dials out in client mode. Mid-run the second server's link goes down; the other two go on to the
+    end. Nothing leaves the namespaces the test makes. Skipped where namespaces cannot be made (not root)."""
+    import json, re, subprocess, threading
+    from sapo_nb.core import read_jsonl
     why = _netns_available()
     if why: pytest.skip(why)
     tag = f"sapo{os.getpid() % 10000}"
     hosts = {"srv": "10.77.0.1", "peer": "10.77.0.2", "natted": "10.77.0.3"}
     sh = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True)
-    made, procs = [], []
+    made, procs, lines = [], {}, {}
+    def start(name, *args, **kw):
+        env = {**os.environ, "SAPO_KEY_DIR": str(tmp_path / name / "keys")}
+        p = subprocess.Popen(["ip", "netns", "exec", f"{tag}{name}", *_node_cmd(name, tmp_path / name, *args, **kw)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        procs[name], lines[name] = p, []
+        threading.Thread(target=lambda: [lines[name].append(l) for l in p.stdout], daemon=True).start()
+    def wait_for(name, pattern, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for l in list(lines[name]):
+                m = re.search(pattern, l)
+                if m: return m
+            if procs[name].poll() is not None and not any(re.search(pattern, l) for l in lines[name]): break
+            time.sleep(0.2)
+        raise AssertionError(f"{name}: no {pattern!r} in its output:\n" + "".join(lines[name][-30:]))
     try:
         sh("ip", "link", "add", f"{tag}br", "type", "bridge"); made.append(("link", f"{tag}br"))
         sh("ip", "link", "set", f"{tag}br", "up")
@@ -258,22 +264,22 @@ def test_swarm_across_hosts_in_network_namespaces():
             sh("ip", "link", "set", f"{tag}v{i}", "master", f"{tag}br", "up")
             sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up"); sh("ip", "-n", ns, "link", "set", "lo", "up")
-        def start(name, listen, mode, peers, want):
-            p = subprocess.Popen(["ip", "netns", "exec", f"{tag}{name}", sys.executable, "-c", _HOST, name, listen, mode,
-                                  json.dumps(peers), json.dumps(want)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            procs.append(p); return p
-        srv = start("srv", "/ip4/10.77.0.1/tcp/0", "server", [], ["peer", "natted"])
-        srv_addr = json.loads(srv.stdout.readline())
-        assert srv_addr[0].startswith("/ip4/10.77.0.1/")
-        peer = start("peer", "/ip4/10.77.0.2/tcp/0", "server", srv_addr, ["srv", "natted"])
-        natted = start("natted", "/ip4/127.0.0.1/tcp/0", "client", srv_addr, ["srv", "peer"])  # unreachable from outside
-        got = {}
-        for name, p in (("peer", peer), ("natted", natted), ("srv", srv)):
-            if name != "srv": json.loads(p.stdout.readline())
-            got[name] = json.loads(p.stdout.readline())
-        assert got == {"srv": ["from natted", "from peer"], "peer": ["from natted", "from srv"], "natted": ["from peer", "from srv"]}
+        start("srv", "/ip4/10.77.0.1/tcp/0")
+        srv_addr = wait_for("srv", r"--initial-peers (/ip4/10\.77\.0\.1/\S+)").group(1)
+        start("peer", "/ip4/10.77.0.2/tcp/0", [srv_addr])
+        start("natted", "/ip4/127.0.0.1/tcp/0", [srv_addr], client=True)  # unreachable from the other hosts
+        wait_for("peer", r"round 4/12")
+        sh("ip", "link", "set", f"{tag}v1", "down")  # the second server drops off the network mid-run
+        for name in ("srv", "natted"): assert procs[name].wait(timeout=240) == 0, "".join(lines[name][-30:])
+        rows = {n: read_jsonl(tmp_path / n / "hosts" / "logs" / n / "metrics.jsonl") for n in ("srv", "natted")}
+        for n, rs in rows.items():
+            assert [r["round"] for r in rs] == list(range(12)), n
+            assert max(r["pool_peers"] for r in rs[:4]) == 2, (n, [r["pool_peers"] for r in rs])  # all three trained together
+            assert all(r["pool_peers"] <= 1 for r in rs[-3:]), (n, [r["pool_peers"] for r in rs])  # the cut host is gone
+            assert all(r["pool_available"] >= 1 for r in rs[-3:])  # ... and the other one still shares its groups
     finally:
-        for p in procs:
-            p.kill(); p.wait()
+        for p in procs.values():
+            if p.poll() is None: p.kill()
+            p.wait()
         for kind, name in reversed(made):
             subprocess.run(["ip", kind, "del", name], capture_output=True)
