@@ -14,12 +14,13 @@ from .statistics import (UNIT, base_column, base_rate, compare_by_seed, min_p_va
 
 # %% auto #0
 __all__ = ['ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS', 'METRIC_LABELS',
-           'SUMMARY_COLUMNS', 'find_runs', 'config_label', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes',
-           'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement',
-           'compare_configs', 'metric_label', 'artefact_at_base_rates', 'seed_comparison', 'config_summary',
-           'plan_progress', 'seed_table', 'findings', 'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards',
-           'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j',
-           'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
+           'SUMMARY_COLUMNS', 'TABLE_MAX_COLUMNS', 'find_runs', 'config_label', 'run_info', 'synthetic_runs',
+           'load_runs', 'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative',
+           'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_at_base_rates',
+           'seed_comparison', 'config_summary', 'plan_progress', 'seed_table', 'findings', 'effective_window',
+           'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative',
+           'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
+           'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/09_analysis.ipynb #5f6dd8a0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
@@ -762,9 +763,22 @@ def run_summary(df:pd.DataFrame) -> pd.DataFrame:
                   seconds_per_round=g.seconds_total.mean())
     return t.reindex(config_order(df)).reset_index(names="config")
 
+TABLE_MAX_COLUMNS = 12  # wider tables are shown turned, one row per column, so that the page never scrolls sideways
+
+def _cell(v) -> str:
+    "A table cell: floats to 4 significant digits (2 decimals from 10 up), missing values as a dash."
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)): return "–"
+    if isinstance(v, (float, np.floating)): return f"{v:.2f}" if abs(v) >= 10 else f"{v:.4g}"
+    return str(v)
+
 def _table(t:pd.DataFrame) -> str:
+    "An HTML table of `t`; one wider than `TABLE_MAX_COLUMNS` is turned (its first column becomes the header)."
     t = t.apply(lambda s: s.astype(float) if pd.api.types.is_extension_array_dtype(s) and pd.api.types.is_numeric_dtype(s) else s)
-    return t.to_html(index=False, border=0, na_rep="–", float_format=lambda v: f"{v:.2f}" if abs(v) >= 10 else f"{v:.4g}")
+    if t.shape[1] > TABLE_MAX_COLUMNS and len(t) < TABLE_MAX_COLUMNS:
+        key = t.columns[0]
+        t = t.set_index(key).T.rename_axis(str(key)).reset_index()
+        t.columns = [str(c) for c in t.columns]
+    return t.map(_cell).to_html(index=False, border=0)
 
 def write_report(
     path, # a run folder, or any folder with run folders below it
@@ -814,6 +828,12 @@ def write_report(
              "on the seeds both ran, beside <b>artefact_pct</b>, the rise nodes that never learn would show at the early success "
              "rate <b>base_rate</b>. <b>effective_J</b>: mean external groups trained on per node-round; <b>batch_groups</b>: mean "
              "I + effective J.</p>", _table(cs),
+             ]
+    compared = df.config.nunique() > 1  # one configuration: nothing to compare, so no comparison sections
+    if not compared:
+        parts.append("<p class='note'>One configuration: the comparisons with a baseline, the statistics between "
+                     "configurations and the comparison with the paper need at least two, and are left out.</p>")
+    else: parts += [
              f"<h2>Cumulative reward and improvement over {e(str(base))}</h2>",
              "<p class='note'><b>cumulative_reward</b> (the paper's metric): Σ over agents and rounds of the agent's mean "
              "reward over its training batch (local + external completions), averaged over runs. <b>cumulative_local</b>: the "
@@ -837,8 +857,8 @@ def write_report(
              "<ul>" + "".join(f"<li><b>{e(r.label)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>" for r in sc.itertuples()) + "</ul>",
              "<h2>Against the paper</h2><p class='note'>Matched by the share of external rollouts J/(I+J). Absolute "
              "cumulative rewards scale with agents × rounds and task difficulty; compare improvements and mean reward "
-             "per agent-round; ours_artefact_pct is the no-learning artefact at our base rate (see above).</p>", _table(cmp),
-             f"<h2>Aha propagation</h2><p class='note'>Jump round: the first round t ≥ 2w−1 where an agent's {aha_window}-round "
+             "per agent-round; ours_artefact_pct is the no-learning artefact at our base rate (see above).</p>", _table(cmp)]
+    parts += [f"<h2>Aha propagation</h2><p class='note'>Jump round: the first round t ≥ 2w−1 where an agent's {aha_window}-round "
              f"moving average (clipped to a quarter of the run) exceeds its value w rounds earlier by ≥ {delta}. Lag: rounds "
              "after the first agent of the same run jumped.</p>", _table(aha_sum)]
     for title, fig in figs:
