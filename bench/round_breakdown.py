@@ -13,7 +13,9 @@ In the same run, on the same questions:
              training, the vocabulary-wide log-softmax (what the changes buy together)
 and, one change undone at a time, our generation with: the decoding loop's weights not packed for the CPU's
 matmul kernel (`unpacked`); transformers' `generate` loop instead of `decode_completions` (`generate`); on top of that, the prompt copied G times (`copied`) or `generate`'s multinomial
-draw (`multinomial`); the float32 weights under bfloat16 autocast instead of the sampling copy (`autocast`);
+draw (`multinomial`); the float32 weights under bfloat16 autocast instead of the sampling copy (`autocast`). Each
+variant is built from `sapo_nb.generation`'s lower-level functions (`sample_with`), and the `batched` node from
+subclasses of `SwarmNode` and `GRPOTrainer` (`batched_node`): no module of the library is patched;
 and the swarm overhead with 512 peers, and the machine's measured matmul/memory roofline for generation (for the
 rows our loop decodes at each step, and for `generate`'s fixed batch).
 
@@ -28,7 +30,7 @@ external group passes selection: the round's worst case. `--real-rewards` scores
 Each (config, variant) runs in a fresh subprocess, so peak memory is its own. Results go to
 bench/results/round_breakdown_<device>.json and a markdown table on stdout (the docs page reads the JSON).
 """
-import argparse, contextlib, functools, json, os, platform, random, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, platform, random, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -49,7 +51,7 @@ def spread_rewards(seed):
 
 def summarise(rows, phases, device):
     "Median seconds per phase, median generated tokens, generation tokens/s and peak memory of measured rounds."
-    from sapo_nb.node import _peak_memory_mb  # the number a node's metrics row reports
+    from sapo_nb.models import peak_memory_mb as _peak_memory_mb  # the number a node's metrics row reports
     return dict(seconds={k: statistics.median(row["seconds"].get(k, 0.0) for row in rows) for k in phases + ("total",)},
                 tokens_generated=statistics.median(row["tokens_generated"] for row in rows),
                 generate_tokens_per_s=sum(r["tokens_generated"] for r in rows) / sum(r["seconds"]["generate"] for r in rows),
@@ -71,6 +73,78 @@ def fill_pool(transport, r, groups, peers, G, seed):
 
 
 # ---------------------------------------------------------------- the plain way
+def sample_with(variant, model, tok, prompts, G, max_new_tokens, temperature, top_p=1.0, seed=None, compute_dtype=None):
+    """One timed generation call, as `Completions`, done the way `variant` names:
+    ours         `generate_completions` as a node calls it (on a CPU, the decoding loop for the models it runs)
+    unpacked     the decoding loop, its weights not packed for the CPU's matmul kernel
+    generate     transformers' `generate` from the prompts prefilled once, drawing with `InverseCDFSampler`
+    copied       the same with every prompt copied G times
+    multinomial  `generate`'s own draw (`torch.multinomial`), from the prompts prefilled once
+    plain        `generate`'s own draw with every prompt copied G times: the reference implementation's way"""
+    import torch
+    from transformers import LogitsProcessorList
+    from sapo_nb.generation import (InverseCDFSampler, completions_from_ids, decode_completions, encode_prompts, eos_ids,
+                                    generate_completions, generate_ids, sampling_config, sampling_processors, token_picker)
+    from sapo_nb.models import compute_context
+    if variant == "ours":
+        return generate_completions(model, tok, prompts, G, max_new_tokens, temperature, top_p, seed=seed, compute_dtype=compute_dtype)
+    if seed is not None: torch.manual_seed(seed)
+    enc, eos, pad = encode_prompts(tok, prompts, model.device), eos_ids(model, tok), tok.pad_token_id
+    ids, att = enc["input_ids"], enc["attention_mask"]
+    model.eval()
+    t0 = time.perf_counter()
+    with torch.no_grad(), compute_context(model, compute_dtype):
+        if variant == "unpacked":
+            new = decode_completions(model, ids, att, G, max_new_tokens, token_picker(temperature, top_p), eos, pad, pack=False)
+        elif variant in ("generate", "copied"):  # greedy on top of a processor that leaves only the drawn token
+            draw = LogitsProcessorList([*sampling_processors(temperature, top_p), InverseCDFSampler()])
+            new = generate_ids(model, ids, att, G, sampling_config(max_new_tokens, 0, eos=eos, pad_token_id=pad),
+                               prefill=variant == "generate", logits_processor=draw)
+        elif variant in ("multinomial", "plain"):
+            new = generate_ids(model, ids, att, G, sampling_config(max_new_tokens, temperature, top_p, eos, pad),
+                               prefill=variant == "multinomial")
+        else: raise ValueError(f"variant: got {variant!r}")
+    return completions_from_ids(tok, new, eos, G, max_new_tokens, time.perf_counter() - t0, variant)
+
+
+def plain_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy=False):
+    "`token_logprobs` the straightforward way: full logits, then `plain_target_logprobs`."
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
+    return plain_target_logprobs(logits, input_ids[:, 1:], temperature, with_entropy, lambda x: x)
+
+
+def batched_node(cfg, **kw):
+    """A `SwarmNode` as our batched code stood before this benchmark's work: `generate`'s multinomial draw with every
+    prompt copied G times, and a trainer that runs every sequence whole through the vocabulary-wide log-softmax."""
+    from sapo_nb.node import SwarmNode
+    from sapo_nb.grpo import GRPOTrainer
+    from sapo_nb.tasks import derive_seed
+
+    class BatchedTrainer(GRPOTrainer):
+        def _logprobs(self, model, batch, rows, input_ids, attention_mask, with_entropy=False):
+            return plain_token_logprobs(model, input_ids, attention_mask, self.temperature, with_entropy)
+
+    class BatchedNode(SwarmNode):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            trainer = object.__new__(BatchedTrainer)  # the node's own trainer (settings, optimizer), as a BatchedTrainer
+            trainer.__dict__.update(self.trainer.__dict__)
+            trainer.share_prompts = False
+            self.trainer = trainer
+
+        def _generate_local(self, r, I):
+            c, tok = self.cfg, self.policy.tokenizer
+            questions = self.stream.next(I) if I else []
+            if not questions: return [], [], None
+            prompts = [self.format_prompt(tok, q) for q in questions]
+            comps = sample_with("plain", self.policy.sampler(), tok, prompts, c.completions_per_question, c.max_new_tokens,
+                                c.temperature, c.top_p, seed=derive_seed(c.seed, c.node_id, r, "generate"),
+                                compute_dtype=self.policy.compute_dtype)
+            return questions, prompts, comps
+
+    return BatchedNode(cfg, **kw)
+
+
 def plain_target_logprobs(logits, targets, temperature, with_entropy, place):
     "Token log-probs the straightforward way: a float32 log-softmax over the whole vocabulary, the entropy from it."
     import torch
@@ -84,12 +158,12 @@ def plain_target_logprobs(logits, targets, temperature, with_entropy, place):
 def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questions, opt):
     "One round the straightforward way: a generate per question, then a forward/backward per sequence, float32."
     import torch
-    from sapo_nb.grpo import encode_batch, generate_completions, group_advantages, token_logprobs, grpo_loss
+    from sapo_nb.grpo import encode_batch, group_advantages, grpo_loss
     model, tok, G = policy.model, policy.tokenizer, cfg.completions_per_question
     sec, texts, ended, n_tok = {}, [], [], 0
     t = time.perf_counter()
     for p in prompts:  # one question at a time, its prompt copied G times, float32
-        c = generate_completions(model, tok, [p], G, cfg.max_new_tokens, cfg.temperature, share_prompt_cache=False, inverse_cdf=False)
+        c = sample_with("plain", model, tok, [p], G, cfg.max_new_tokens, cfg.temperature)
         texts += c.texts; ended += [[not x for x in c.truncated[0]]]; n_tok += c.total_tokens
     sec["generate"] = time.perf_counter() - t; t = time.perf_counter()
     rewards = [reward_fn(q, c) for q, c in zip(questions, texts)] + [reward_fn(None, c) for c in ext_comps]
@@ -102,7 +176,7 @@ def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questio
     Z = sum(int(e["completion_mask"].sum()) for e in encs)
     model.train(); opt.zero_grad()
     for e, (_, _, _, a) in zip(encs, seqs):
-        logp = token_logprobs(model, e["input_ids"].to(model.device), e["attention_mask"].to(model.device), cfg.temperature)
+        logp = plain_token_logprobs(model, e["input_ids"].to(model.device), e["attention_mask"].to(model.device), cfg.temperature)
         m = e["completion_mask"][:, 1:].to(model.device)
         loss, _ = grpo_loss(logp, logp.detach(), torch.tensor([a], device=model.device), m, torch.tensor(float(max(Z, 1))))
         loss.backward()
@@ -112,22 +186,12 @@ def plain_round(policy, cfg, prompts, ext_prompts, ext_comps, reward_fn, questio
     return dict(seconds=sec, tokens_generated=n_tok)
 
 
-@contextlib.contextmanager
-def unpacked_weights(on=True):
-    "Within the block (if `on`), the decoding loop calls `linear` on the stacked weights instead of packing them."
-    import sapo_nb.grpo as grpo
-    packed = grpo.decode_completions
-    if on: grpo.decode_completions = functools.partial(packed, pack=False)
-    try: yield
-    finally: grpo.decode_completions = packed
-
-
 # ---------------------------------------------------------------- one worker: a config, a variant
 def worker(a):
     import torch
     from sapo_nb.node import SwarmNode
     from sapo_nb.sampler import select_external, round_rng
-    from sapo_nb.grpo import generate_completions, make_optimizer
+    from sapo_nb.grpo import make_optimizer
     from sapo_nb.tasks import TaskStream
     torch.manual_seed(a.seed)
     name, variant = a.worker.split(":")
@@ -136,20 +200,15 @@ def worker(a):
     extra = dict(compute_dtype="float32") if variant in ("batched", "plain") else {}
     cfg = make_config(name, a, root=root, **extra)
     t0 = time.perf_counter()
-    node = SwarmNode(cfg, log=lambda *_: None)
+    node = (batched_node if variant == "batched" else SwarmNode)(cfg, log=lambda *_: None)
     load_s = time.perf_counter() - t0
     if not a.real_rewards: node.reward_fn = spread_rewards(a.seed)
-    import sapo_nb.grpo as grpo
-    if variant in ("batched", "plain"):  # vocabulary-wide log-softmax, not `target_logprobs`' slices
-        grpo._target_logprobs = plain_target_logprobs
-    if variant == "batched":  # no shared prompt pass, in generation or in training
-        grpo.generate_completions = functools.partial(grpo.generate_completions, share_prompt_cache=False, inverse_cdf=False)
-        node.trainer.share_prompts = False
     G, out = cfg.completions_per_question, dict(config=name, variant=variant, cfg=cfg.to_dict(), load_seconds=load_s,
                                                compute_dtype=str(node.policy.compute_dtype), device=str(node.policy.device))
     # warm-up round 0: its completions become the simulated peers' rollouts (real text of the right length)
     warm = node.begin_round(0)
-    texts = [[c or "0" for c in cs] for cs in warm["comps"].texts]  # an empty completion is never published
+    warm_texts = [g.completions for g in warm["groups"]] if "groups" in warm else warm["comps"].texts
+    texts = [[c or "0" for c in cs] for cs in warm_texts]  # an empty completion is never published
     peer_qs = TaskStream(cfg.mix, seed=a.seed, node_id="peers").next(max(cfg.external_questions, 1))
     peer_groups = [dict(task=q["task"], item=q["item"], question=q["question"], completions=texts[i % len(texts)],
                         truncated=[False] * G) for i, q in enumerate(peer_qs)]
@@ -178,13 +237,11 @@ def worker(a):
         out["overhead"] = over
         prompts = [node.format_prompt(node.policy.tokenizer, q) for q in node.stream.next(cfg.local_questions)]
         gen, pol = {}, node.policy
-        for what, model, kw in [("shared", pol.sampler(), {}), ("unpacked", pol.sampler(), {}),
-                                ("generate", pol.sampler(), dict(decode_loop=False)),
-                                ("copied", pol.sampler(), dict(share_prompt_cache=False)),
-                                ("multinomial", pol.sampler(), dict(inverse_cdf=False)), ("autocast", pol.model, {})]:
-            with unpacked_weights(what == "unpacked"):
-                c = generate_completions(model, pol.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature,
-                                         seed=a.seed, compute_dtype=pol.compute_dtype, **kw)
+        for what, variant_, model in [("shared", "ours", pol.sampler()), ("unpacked", "unpacked", pol.sampler()),
+                                      ("generate", "generate", pol.sampler()), ("copied", "copied", pol.sampler()),
+                                      ("multinomial", "multinomial", pol.sampler()), ("autocast", "ours", pol.model)]:
+            c = sample_with(variant_, model, pol.tokenizer, prompts, G, cfg.max_new_tokens, cfg.temperature, seed=a.seed,
+                            compute_dtype=pol.compute_dtype)
             n = [k for row in c.n_tokens for k in row]
             gen[what] = dict(seconds=c.seconds, tokens=c.total_tokens, steps=max(n), n_tokens=n)
         p_len = [len(node.policy.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
@@ -212,7 +269,7 @@ def nodes_worker(a):
     name = a.nodes_worker
     pool, root = MemoryTransport(), tempfile.mkdtemp(prefix="sapo_rb_")
     os.environ.setdefault("SAPO_KEY_DIR", tempfile.mkdtemp(prefix="sapo_rb_keys_"))
-    from sapo_nb.node import _peak_memory_mb
+    from sapo_nb.models import peak_memory_mb as _peak_memory_mb
     base = _peak_memory_mb(a.device)
     nodes = []
     for i in range(a.nodes_per_process):
@@ -244,7 +301,7 @@ def machine(device, dtypes=("float32", "bfloat16"), hidden=576, inter=1536, batc
     timings, on buffers allocated beforehand (a fresh allocation per copy would time page faults, not memory). On a
     CPU the matmul rate is the better of `torch.mm` and oneDNN's linear on a packed weight (what the decoding loop uses)."""
     import torch
-    from sapo_nb.grpo import fused_linear
+    from sapo_nb.generation import fused_linear
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     def best(fn, reps=5):
         fn(); times = []

@@ -32,7 +32,7 @@ def evaluate(policy,                   # a `models.Policy` (its sampling copy is
              batch_size:int=64,        # prompts per decoding batch
             ) -> EvalResult:
     "Greedy pass@1 of `policy` on `entries`, in batches of `batch_size` prompts."
-    from sapo_nb.grpo import generate_completions
+    from sapo_nb.generation import generate_completions
     if not entries: raise ValueError("entries: got an empty list; allowed: at least one evaluation question")
     if batch_size < 1: raise ValueError(f"batch_size: got {batch_size!r}; allowed: an integer >= 1")
     t0, tok, model = time.perf_counter(), policy.tokenizer, policy.sampler()
