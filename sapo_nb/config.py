@@ -23,6 +23,7 @@ CHOICES = dict(
     dtype=("auto", "float32", "bfloat16", "float16"),
     compute_dtype=("auto", "float32", "bfloat16"),
     tracker=("none", "tensorboard", "wandb", "trackio"),
+    adapter=("none", "lora"),
 )
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # node ids and experiment names: safe as file names
 
@@ -83,6 +84,12 @@ class SAPOConfig:
     max_grad_norm: float = _f(1.0, "gradient clipping; 0 turns it off")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the backward pass")
     micro_batch_size: int = _f(8, "sequences per forward/backward pass: bounds memory, does not change the update")
+    # --- what is trained: the whole model, or one low-rank adapter per node on a shared frozen base
+    adapter: str = _f("none", "'none' trains every weight (the paper); 'lora' trains one LoRA adapter per node (peft) on a frozen base that the nodes of one process share")
+    lora_rank: int = _f(16, "rank r of each LoRA adapter")
+    lora_alpha: float = _f(32.0, "LoRA scaling alpha (the update is scaled by alpha / r)")
+    lora_dropout: float = _f(0.0, "dropout on the LoRA input (0: none, as RL fine-tuning usually runs)")
+    lora_targets: tuple = _f(("all-linear",), "modules that get adapters: 'all-linear' (every linear layer but the output head) or module names such as q_proj v_proj")
     # --- the pool and selection
     selection: str = _f("paper", "'paper' (drop zero-advantage groups, sample J), 'uniform', 'top_reward', 'first'")
     wait_policy: str = _f("none", "'none': use what has arrived; 'wait': wait up to wait_seconds for wait_peers peers")
@@ -122,6 +129,7 @@ class SAPOConfig:
     def __post_init__(self):
         self.tasks, self.initial_peers = tuple(self.tasks), tuple(self.initial_peers)
         self.host_maddrs, self.announce_maddrs = tuple(self.host_maddrs), tuple(self.announce_maddrs)
+        self.lora_targets = tuple(self.lora_targets)
         self.validate()
 
 # %% ../nbs/00_config.ipynb #e8ec5354
@@ -148,7 +156,7 @@ _RULES = dict(
     temperature=_num(0, lo_open=True), top_p=_num(0, 1, lo_open=True), learning_rate=_num(0, lo_open=True),
     weight_decay=_num(0), eps_low=_num(0, 1, hi_open=True), eps_high=_num(0), beta=_num(0),
     adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), wait_seconds=_num(0), adaptive_alpha=_num(0),
-    adaptive_ema=_num(0, 1, hi_open=True),
+    adaptive_ema=_num(0, 1, hi_open=True), lora_rank=_int(1), lora_alpha=_num(0, lo_open=True), lora_dropout=_num(0, 1, hi_open=True),
     device=(lambda v: valid_device(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
 )
 _BOOLS = ("share_stream", "answer_fallback", "partial_credit", "gradient_checkpointing", "client_mode", "use_relay", "use_auto_relay")
@@ -189,6 +197,10 @@ def _validate(self: SAPOConfig):
             _fail(name, getattr(self, name), "multiaddr strings, e.g. /ip4/203.0.113.7/tcp/31337")
     if not self.host_maddrs and not self.client_mode: _fail("host_maddrs", (), "at least one multiaddr to listen on (or client_mode)")
     if not isinstance(self.identity_path, str): _fail("identity_path", self.identity_path, "a file path, or empty")
+    if not self.lora_targets or not all(isinstance(t, str) and t for t in self.lora_targets):
+        _fail("lora_targets", self.lora_targets, "'all-linear' or module names")
+    if self.adapter == "lora" and self.beta > 0:  # the reference would be the base with the adapter off: not built yet
+        _fail("beta", self.beta, "0 with adapter='lora' (a KL reference is available with adapter='none')")
     return self
 
 SAPOConfig.validate = _validate

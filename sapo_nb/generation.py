@@ -8,10 +8,11 @@ import math, time, warnings
 from dataclasses import dataclass
 
 # %% auto #0
-__all__ = ['DECODE_LOOP_MODELS', 'BACKENDS', 'Completions', 'eos_ids', 'encode_prompts', 'completions_from_ids', 'prompt_cache',
-           'prefill_prompts', 'sampling_config', 'sampling_processors', 'generate_ids', 'InverseCDFSampler',
-           'supports_decode_loop', 'decode_loop_problem', 'fused_linear', 'decode_linears', 'decode_step',
-           'decode_completions', 'token_picker', 'choose_backend', 'generate_completions']
+__all__ = ['DECODE_LOOP_MODELS', 'BACKENDS', 'Completions', 'eos_ids', 'encode_prompts', 'completions_from_ids',
+           'accepts_argument', 'prompt_cache', 'prefill_prompts', 'sampling_config', 'sampling_processors',
+           'generate_ids', 'InverseCDFSampler', 'supports_decode_loop', 'decode_loop_problem', 'fused_linear',
+           'decode_linears', 'decode_step', 'decode_completions', 'token_picker', 'choose_backend',
+           'generate_completions']
 
 # %% ../nbs/05_generation.ipynb #ae49206f
 def _torch():
@@ -56,7 +57,7 @@ def completions_from_ids(tokenizer, new, eos:set, G:int, max_new_tokens:int, sec
     return Completions(by_prompt(texts), by_prompt(n_tokens), by_prompt(truncated), seconds, backend)
 
 # %% ../nbs/05_generation.ipynb #89d862a5
-def _accepts(fn, name:str) -> bool:
+def accepts_argument(fn, name:str) -> bool:
     "True if callable `fn` takes a keyword argument `name` (or **kwargs)."
     import inspect
     ps = inspect.signature(fn).parameters
@@ -64,7 +65,7 @@ def _accepts(fn, name:str) -> bool:
 
 def prompt_cache(model, input_ids, attention_mask):
     "KV cache of left-padded token ids (positions counted from each row's first real token); None if the model gives none."
-    kw = dict(logits_to_keep=1) if _accepts(model.forward, "logits_to_keep") else {}
+    kw = dict(logits_to_keep=1) if accepts_argument(model.forward, "logits_to_keep") else {}
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
                 use_cache=True, **kw)
     cache = getattr(out, "past_key_values", None)
@@ -138,6 +139,7 @@ DECODE_LOOP_MODELS = ("llama", "qwen2", "qwen3")  # decoder layers shaped as Lla
 
 def supports_decode_loop(model) -> bool:
     "True if `model` is the shape `decode_completions` runs: a decoder of Llama-shaped layers with full attention in every layer."
+    if hasattr(model, "peft_config"): return False  # adapters (LoRA) wrap the linear layers whose weights the loop reads directly
     c = getattr(model, "config", None)
     if getattr(c, "model_type", None) not in DECODE_LOOP_MODELS: return False
     return all(t == "full_attention" for t in (getattr(c, "layer_types", None) or []))

@@ -7,12 +7,17 @@ from __future__ import annotations
 import math, time
 from dataclasses import dataclass, field
 from fastcore.basics import patch
-from .generation import _accepts, _torch, prompt_cache
-from .generation import generate_completions, Completions  # re-exported until callers import from generation
+from .core import Group
+from .generation import accepts_argument, prompt_cache
+
+def _torch():
+    import torch  # imported on first use: `import sapo_nb.grpo` stays light
+    return torch
 
 # %% auto #0
 __all__ = ['PLAIN_HEAD_MODELS', 'encode_batch', 'group_advantages', 'target_logprobs', 'token_logprobs', 'shared_prompt_logprobs',
-           'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer', 'TrainingBatch', 'completion_logprob']
+           'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer', 'TrainingBatch', 'training_groups',
+           'completion_logprob']
 
 # %% ../nbs/04_grpo.ipynb #13c75e48
 def encode_batch(tokenizer, prompts:list, completions:list, ended:list, max_completion_tokens:int=256) -> dict:
@@ -100,7 +105,7 @@ def token_logprobs(model, input_ids, attention_mask, temperature:float=1.0, with
     "Log-prob of every token given its prefix, `[B, T-1]` aligned with `input_ids[:, 1:]`; 0 before `start`. Optionally the entropy."
     torch = _torch()
     T = input_ids.shape[1]
-    start = max(0, min(int(start), T - 2)) if _accepts(model.forward, "logits_to_keep") else 0
+    start = max(0, min(int(start), T - 2)) if accepts_argument(model.forward, "logits_to_keep") else 0
     kw = dict(logits_to_keep=T - start) if start else {}
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw).logits[:, :-1]
     pad = lambda x: torch.nn.functional.pad(x, (start, 0))
@@ -128,7 +133,7 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
     torch = _torch()
     checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers 5; `is_gradient_checkpointing` before
     if checkpointing is None: checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    if checkpointing or not _accepts(model.forward, "past_key_values"): return None
+    if checkpointing or not accepts_argument(model.forward, "past_key_values"): return None
     B, T = input_ids.shape
     dev = input_ids.device
     lens, has = attention_mask.sum(1), completion_mask.any(1)
@@ -250,13 +255,24 @@ def _chunks(xs, n):
         out.append(xs[i:i + k + (j < r)]); i += k + (j < r)
     return out
 
+# %% ../nbs/04_grpo.ipynb #d3354500
+def training_groups(prompts:list, completions:list, rewards:list, ended:list|None=None) -> list:
+    "`Group`s to train on from parallel lists: text that does not come from a task stream (tests, benchmarks, other data)."
+    ended = ended or [[True] * len(cs) for cs in completions]
+    return [Group(task="", item={}, question=p, completions=list(cs), truncated=[not e for e in es], rewards=list(rs), prompt=p)
+            for p, cs, rs, es in zip(prompts, completions, rewards, ended, strict=True)]
+
 # %% ../nbs/04_grpo.ipynb #6bafe2eb
 @patch
-def prepare_batch(self:GRPOTrainer, prompts:list, completions:list, rewards:list, ended:list|None=None) -> TrainingBatch:
-    "The round's groups as one `TrainingBatch`: advantages per group, every completion re-encoded after its prompt."
+def prepare_batch(self:GRPOTrainer, groups:list) -> TrainingBatch:
+    "The round's `Group`s as one `TrainingBatch`: advantages per group, every completion re-encoded after its prompt."
     torch = _torch()
+    for g in groups:
+        if g.prompt is None or g.rewards is None:
+            raise ValueError("every group needs its prompt and its rewards (scored by this node) to be trained on")
+    prompts, completions, rewards = [g.prompt for g in groups], [g.completions for g in groups], [g.rewards for g in groups]
+    ended = [g.ended for g in groups]
     adv, frac_zero = group_advantages(rewards, self.adv_eps)
-    ended = ended or [[True] * len(g) for g in completions]
     groups, row_prompts, row_texts, row_ended, row_adv = [], [], [], [], []
     for k, (prompt, texts, ends, advs) in enumerate(zip(prompts, completions, ended, adv, strict=True)):
         for text, end, a in zip(texts, ends, advs, strict=True):
@@ -357,10 +373,10 @@ def _minibatch_update(self:GRPOTrainer, batch:TrainingBatch, part:list, active:l
 
 # %% ../nbs/04_grpo.ipynb #ecb9f672
 @patch
-def step(self:GRPOTrainer, prompts:list, completions:list, rewards:list, ended:list|None=None) -> dict:
-    "One round's GRPO update on groups of text completions; returns loss, clip fractions, KL, entropy, grad norm, tokens."
+def step(self:GRPOTrainer, groups:list) -> dict:
+    "One round's GRPO update on `Group`s (each with its prompt and rewards); returns loss, clip fractions, KL, entropy, grad norm, tokens."
     t0 = time.perf_counter()
-    batch = self.prepare_batch(prompts, completions, rewards, ended)
+    batch = self.prepare_batch(groups)
     t_encode = time.perf_counter() - t0
     rows = self._trained_rows(batch)
     old, ref = self.frozen_logprobs(batch, rows)
@@ -374,7 +390,7 @@ def step(self:GRPOTrainer, prompts:list, completions:list, rewards:list, ended:l
     return dict(loss=totals.loss / max(totals.steps, 1), clip_frac_low=totals.clip_low / n, clip_frac_high=totals.clip_high / n,
                 kl=totals.kl / n, entropy=totals.entropy / n, grad_norm=totals.grad_norm, steps=totals.steps,
                 tokens_trained=int(totals.tokens), tokens_batch=int(batch.loss_mask.sum()), frac_zero_std=batch.frac_zero_std,
-                reward_mean=float(sum(map(sum, rewards)) / max(1, sum(map(len, rewards)))),
+                reward_mean=float(sum(sum(g.rewards) for g in groups) / max(1, sum(len(g.rewards) for g in groups))),
                 seconds=time.perf_counter() - t0, seconds_encode=t_encode)
 
 # %% ../nbs/04_grpo.ipynb #aedc4438

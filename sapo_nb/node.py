@@ -266,15 +266,13 @@ def _mean(xs): xs = list(xs); return sum(xs) / len(xs) if xs else None
 class SwarmNode:
     "One SAPO node: generate, share, select, train — a round at a time."
     def __init__(self, cfg:SAPOConfig, transport=None, policy=None, strategy=None, log=print):
-        from sapo_nb.models import load_policy
         from sapo_nb.tasks import TaskStream, format_prompt, mix_settings
         from sapo_nb.rewards import make_reward_fn
         from sapo_nb.sampler import make_controller
         from sapo_nb.grpo import GRPOTrainer
         self.cfg, self.log = cfg, log
         self._check_root()
-        self.policy = policy or load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                                            compute_dtype=cfg.compute_dtype)
+        self.policy, self._own_policy = policy or self._load_policy(), policy is None
         self.stream = TaskStream(cfg.mix, seed=cfg.seed, node_id=cfg.node_id, share_stream=cfg.share_stream,
                                  tasks=cfg.tasks)
         style = mix_settings(cfg.mix)["prompt_style"]
@@ -302,6 +300,16 @@ class SwarmNode:
             compute_dtype=self.policy.compute_dtype)
         self.round = 0
 
+    def _load_policy(self):
+        "The node's policy: the whole model, or (adapter='lora') its own adapter on the process's shared base."
+        from sapo_nb.models import load_policy, lora_policy
+        from sapo_nb.tasks import derive_seed
+        cfg = self.cfg
+        where = dict(device=cfg.device, dtype=cfg.dtype, compute_dtype=cfg.compute_dtype)
+        if cfg.adapter == "none": return load_policy(cfg.model, **where)
+        return lora_policy(cfg.model, cfg.node_id, rank=cfg.lora_rank, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                           targets=cfg.lora_targets, seed=derive_seed(cfg.seed, cfg.node_id, "adapter"), **where)
+
     def _check_root(self):
         "Fail at start, with what to do, when the experiment folder cannot be written."
         d = experiment_dir(self.cfg)
@@ -319,7 +327,7 @@ def _generate_local(self:SwarmNode, r:int, I:int):
     cfg, tok = self.cfg, self.policy.tokenizer
     questions = self.stream.next(I) if I else []
     if not questions: return [], [], None
-    from sapo_nb.grpo import generate_completions
+    from sapo_nb.generation import generate_completions
     from sapo_nb.tasks import derive_seed
     prompts = [self.format_prompt(tok, q) for q in questions]
     comps = generate_completions(self.policy.sampler(), tok, prompts, cfg.completions_per_question, cfg.max_new_tokens,
@@ -343,6 +351,7 @@ def _collect(self:SwarmNode, r:int) -> list:
 def begin_round(self:SwarmNode, r:int) -> dict:
     "First half of round `r`: generate and score the local groups, publish them. Returns the round's state."
     cfg, sec = self.cfg, {}
+    self.policy.activate()  # on a shared base, other nodes may have run since this one did
     (I, J), t0 = self.controller.ij, time.perf_counter()
     questions, prompts, comps = self._generate_local(r, I)
     sec["generate"] = time.perf_counter() - t0
@@ -367,6 +376,7 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
     from sapo_nb.sampler import select_external, round_rng
     from sapo_nb.models import peak_memory_mb
     cfg, tok, sec = self.cfg, self.policy.tokenizer, state["seconds"]
+    self.policy.activate()  # between this round's halves other nodes of the process ran theirs
     r, I, J, local = state["round"], state["I"], state["J"], state["groups"]
     reads_pool = J > 0 or cfg.adaptive != "off"  # a fixed J = 0 never reads the pool
     t = t0 = time.perf_counter()
@@ -380,9 +390,7 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
     lap("select")
     base = self.evaluate() if r == 0 and cfg.eval_every else None  # the base policy, before its first update
     # a completion cut by the length limit (ours, or a peer's by its flag) gets no EOS: the policy is not taught to stop there
-    batch = local + ext
-    st = self.trainer.step([g.prompt for g in batch], [g.completions for g in batch], [g.rewards for g in batch],
-                           [g.ended for g in batch]) if batch else {}
+    st = self.trainer.step(local + ext) if local or ext else {}
     lap("train")
     due = cfg.eval_every and ((r + 1) % cfg.eval_every == 0 or r + 1 == cfg.rounds)
     after = self.evaluate() if due else None  # after this round's update
@@ -422,7 +430,7 @@ def run_round(self:SwarmNode, r:int) -> dict:
     return self.finish_round(self.begin_round(r))
 
 # %% ../nbs/07_node.ipynb #cd284722
-RESUME_FIXED = ("model", "mix", "tasks", "seed", "share_stream", "optimizer")  # a run's identity: refused if changed
+RESUME_FIXED = ("model", "mix", "tasks", "seed", "share_stream", "optimizer", "adapter", "lora_rank", "lora_targets")  # a run's identity: refused if changed
 _CONTROLLER_FIELDS = ("local_questions", "external_questions", "adaptive", "adaptive_alpha", "adaptive_ema")
 
 class ResumeError(ConfigError):
@@ -474,7 +482,7 @@ def _apply_changes(self:SwarmNode, state:dict):
 def resume(self:SwarmNode, join_current:bool=False) -> int:
     "Take the node's lease, restore the newest good checkpoint (or pick the start round), align the metrics; the next round."
     if getattr(self, "lease", None) is None: self.lease = NodeLease(self.cfg).acquire()
-    st = load_checkpoint(checkpoint_dir(self.cfg), self.policy.model, self.trainer.opt,
+    st = load_checkpoint(checkpoint_dir(self.cfg), self.policy, self.trainer.opt,
                          check=self._check_restored, log=self.log)
     if st is None:
         rows = read_jsonl(metrics_path(self.cfg))
@@ -492,13 +500,14 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
 
 @patch
 def _checkpoint(self:SwarmNode, r:int):
-    save_checkpoint(checkpoint_dir(self.cfg), r, self.policy.model, self.trainer.opt, self._state())
+    save_checkpoint(checkpoint_dir(self.cfg), r, self.policy, self.trainer.opt, self._state())
 
 @patch
 def close(self:SwarmNode):
-    "Give up the node's lease (it also goes when the node is dropped) and close its tracker; the scoring worker is shared by the process and stays."
+    "Give up the node's lease (it also goes when the node is dropped), close its tracker and take its adapter off a shared base; the scoring worker is shared by the process and stays."
     if getattr(self, "lease", None) is not None: self.lease.release(); self.lease = None
     if getattr(self, "tracker", None) is not None: self.tracker.close(); self.tracker = None
+    if self._own_policy and hasattr(self.policy, "release"): self.policy.release()  # its adapter leaves the shared base
 
 @patch
 def step(self:SwarmNode, state:dict|None=None) -> dict:

@@ -48,7 +48,7 @@ def test_sender_answer_fields_cannot_travel():
     test_hostile_pool.test_answer_on_the_wire_is_rejected)."""
     q = TaskStream("quick", 0, "mallory").next(1)[0]
     got = published({}, "mallory", [dict(honest_group(q, ["1", "2"]), answer="5", metadata={"x": 1}, rewards=[1.0, 1.0])])
-    assert len(got) == 1 and not {"answer", "metadata", "rewards"} & set(got[0])
+    assert len(got) == 1 and got[0].rewards is None and got[0].entry is None and not hasattr(got[0], "answer")
 
 
 def test_rewards_come_from_the_rebuilt_gold_answer():
@@ -56,7 +56,7 @@ def test_rewards_come_from_the_rebuilt_gold_answer():
     q = TaskStream("quick", 0, "mallory").next(1)[0]
     cands = published({}, "mallory", [honest_group(q, [q["answer"], str(int(q["answer"]) + 1)])])
     picked, _ = select_external(cands, 1, "first", exact, mix="quick")
-    assert picked[0]["rewards"] == [1.0, 0.0] and picked[0]["entry"]["answer"] == q["answer"]
+    assert picked[0].rewards == [1.0, 0.0] and picked[0].entry["answer"] == q["answer"]
 
 
 def test_task_outside_our_mix_is_refused():
@@ -91,8 +91,9 @@ def tiny_node(store, tmp_path, **kw):
 def trained_batch(node):
     "Run one round and capture what reached the GRPO step."
     seen = {}
-    def step(prompts, completions, rewards, ended):
-        seen.update(prompts=prompts, completions=completions, rewards=rewards, ended=ended); return {}
+    def step(groups):
+        seen.update(prompts=[g.prompt for g in groups], completions=[g.completions for g in groups],
+                    rewards=[g.rewards for g in groups], ended=[g.ended for g in groups]); return {}
     node.trainer.step = step
     node.reward_fn = lambda entry, cs: [float(i % 2) for i in range(len(cs))]  # spread, so every group can be picked
     node.run_round(0)
