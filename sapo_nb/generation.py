@@ -10,8 +10,8 @@ from dataclasses import dataclass
 # %% auto #0
 __all__ = ['DECODE_LOOP_MODELS', 'BACKENDS', 'Completions', 'eos_ids', 'encode_prompts', 'completions_from_ids',
            'accepts_argument', 'prompt_cache', 'prefill_prompts', 'sampling_config', 'sampling_processors',
-           'generate_ids', 'InverseCDFSampler', 'supports_decode_loop', 'decode_loop_problem', 'fused_linear',
-           'decode_linears', 'decode_step', 'decode_completions', 'token_picker', 'choose_backend',
+           'generate_ids', 'InverseCDFSampler', 'row_uniforms', 'supports_decode_loop', 'decode_loop_problem',
+           'fused_linear', 'decode_linears', 'decode_step', 'decode_completions', 'token_picker', 'choose_backend',
            'generate_completions']
 
 # %% ../nbs/05_generation.ipynb #ae49206f
@@ -102,6 +102,7 @@ def generate_ids(model, input_ids, attention_mask,  # left-padded prompts [P, T]
                  G:int, config,                      # `sampling_config(...)`
                  prefill:bool=True,                  # read each prompt once (`prefill_prompts`), not G times
                  logits_processor=None,              # processors applied after the config's own
+                 **kwargs,                           # more for `generate` (peft: adapter_names, one per row)
                 ):
     "New token ids `[P*G, n]` from one `generate` call under `config` alone: the model's `generation_config` is set aside for the call."
     cache = prefill_prompts(model, input_ids, attention_mask, G) if prefill and G > 1 else None
@@ -109,14 +110,16 @@ def generate_ids(model, input_ids, attention_mask,  # left-padded prompts [P, T]
     model.generation_config = config
     try:
         out = model.generate(input_ids=input_ids.repeat_interleave(G, 0), attention_mask=attention_mask.repeat_interleave(G, 0),
-                             past_key_values=cache, generation_config=config, logits_processor=logits_processor)
+                             past_key_values=cache, generation_config=config, logits_processor=logits_processor, **kwargs)
     finally: model.generation_config = own
     return out[:, input_ids.shape[1]:]
 
 # %% ../nbs/05_generation.ipynb #f583101f
 class InverseCDFSampler:
     "A logits processor that samples the next token from `softmax(scores / temperature)` and leaves only it finite."
-    def __init__(self, temperature:float=1.0): self.temperature = temperature
+    def __init__(self, temperature:float=1.0,
+                 uniforms=None):  # [B, steps]: row b's draw at step t uses uniforms[b, t] (`row_uniforms`); None: torch.rand
+        self.temperature, self.uniforms, self.step = temperature, uniforms, 0
 
     def cdf(self, scores):
         "Cumulative probabilities `[B, V]` of `softmax(scores / temperature)`, accumulated in float64 (float32 on MPS, which has none)."
@@ -132,7 +135,14 @@ class InverseCDFSampler:
         return torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1)[:, 0]
 
     def __call__(self, input_ids, scores):
-        return _torch().full_like(scores, -math.inf).scatter_(1, self.draw(scores)[:, None], 0.0)
+        u = None if self.uniforms is None else self.uniforms[:, self.step]  # `generate` keeps every row, so row b is b
+        self.step += 1
+        return _torch().full_like(scores, -math.inf).scatter_(1, self.draw(scores, u)[:, None], 0.0)
+
+def row_uniforms(seeds:list, G:int, steps:int):
+    "`[len(seeds)*G, steps]` float64 uniforms: row `p*G + g` from prompt p's own generator, so a row draws the same numbers in any batch."
+    torch = _torch()
+    return torch.cat([torch.rand(G, steps, dtype=torch.float64, generator=torch.Generator().manual_seed(int(s))) for s in seeds])
 
 # %% ../nbs/05_generation.ipynb #9b4d0977
 DECODE_LOOP_MODELS = ("llama", "qwen2", "qwen3")  # decoder layers shaped as Llama's: norm, attention, norm, MLP
@@ -260,7 +270,7 @@ def _cache_buffers(model, prefilled, B:int, T:int, L:int, dtype, device) -> list
 
 def decode_completions(model, input_ids, attention_mask,  # left-padded prompts [P, T]
                        G:int, max_new_tokens:int,
-                       draw,                               # logits [B, vocab] -> token ids [B] (`token_picker`)
+                       draw,                               # (logits [B, vocab], output rows [B], step) -> token ids [B] (`token_picker`)
                        eos:set, pad_token_id:int,
                        compact:float=0.75,                 # drop ended rows once at most this share of the batch decodes
                        pack:bool=True,                     # pack the weights for the CPU's matmul kernel (`decode_linears`)
@@ -285,7 +295,7 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
     eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=dev)
     for i in range(max_new_tokens):
         t = T - 1 + i
-        tokens = torch.where(alive, draw(decode_step(model, linears, tokens, positions, cache, t, valid[..., :t + 1])), pad_token_id)
+        tokens = torch.where(alive, draw(decode_step(model, linears, tokens, positions, cache, t, valid[..., :t + 1]), rows, i), pad_token_id)
         out[rows, i] = tokens
         alive &= ~torch.isin(tokens, eos_ids)
         if i + 1 == max_new_tokens or not bool(alive.any()): break
@@ -297,11 +307,15 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
             cache = [(K[keep], V[keep]) for K, V in cache]
     return out[:, :i + 1]
 
-def token_picker(temperature:float=1.0, top_p:float=1.0):
-    "The loop's `draw`, logits `[B, V]` -> token ids `[B]`: the argmax at temperature 0, else `InverseCDFSampler` over `sampling_processors`' scores."
-    if temperature == 0: return lambda logits: logits.argmax(-1)
+def token_picker(temperature:float=1.0, top_p:float=1.0, uniforms=None):
+    """The loop's `draw`, (logits `[B, V]`, output rows `[B]`, step) -> token ids `[B]`: the argmax at temperature 0, else
+    `InverseCDFSampler` over `sampling_processors`' scores, with row r's uniform at step t from `uniforms[r, t]` when given."""
+    if temperature == 0: return lambda logits, rows=None, t=None: logits.argmax(-1)
     warp, sampler = sampling_processors(temperature, top_p), InverseCDFSampler()
-    return lambda logits: sampler.draw(warp(None, logits))
+    def draw(logits, rows=None, t=None):
+        u = None if uniforms is None else uniforms[rows.to(uniforms.device), t]
+        return sampler.draw(warp(None, logits), u)
+    return draw
 
 # %% ../nbs/05_generation.ipynb #4c40f37b
 BACKENDS = ("auto", "generate", "loop")
@@ -325,15 +339,21 @@ def choose_backend(model, backend:str="auto") -> str:
 # %% ../nbs/05_generation.ipynb #1cf228a0
 def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:int=256,
                          temperature:float=1.0,          # 0: greedy (the most likely token every step)
-                         top_p:float=1.0, seed:int|None=None,
+                         top_p:float=1.0,
+                         seed:int|list|None=None,        # one seed for the batch, or one per prompt (a row then samples the same in any batch)
                          compute_dtype=None,             # autocast dtype (None: the weights' dtype)
                          backend:str="auto",             # 'generate', 'loop', or 'auto': the loop on a CPU where it runs the model
+                         adapters:list|None=None,        # per prompt, the LoRA adapter it runs through (one batch for several nodes on a shared base)
                         ) -> Completions:
     "Sample `G` completions for every prompt in one batch, with the backend `choose_backend` picks."
     from sapo_nb.models import compute_context
     torch = _torch()
     use = choose_backend(model, backend)
-    if seed is not None: torch.manual_seed(seed)
+    if adapters is not None and len(adapters) != len(prompts): raise ValueError(f"adapters: got {len(adapters)} for {len(prompts)} prompts")
+    per_prompt = isinstance(seed, (list, tuple))
+    if per_prompt and len(seed) != len(prompts): raise ValueError(f"seed: got {len(seed)} seeds for {len(prompts)} prompts")
+    if seed is not None and not per_prompt: torch.manual_seed(seed)
+    uniforms = row_uniforms(seed, G, max_new_tokens) if per_prompt and temperature != 0 else None
     enc = encode_prompts(tokenizer, prompts, model.device)
     eos, pad = eos_ids(model, tokenizer), tokenizer.pad_token_id
     t0 = time.perf_counter()
@@ -343,10 +363,15 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
         with torch.no_grad(), compute_context(model, compute_dtype):
             if use == "loop":
                 new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
-                                         token_picker(temperature, top_p), eos, pad)
-            else:
+                                         token_picker(temperature, top_p, uniforms), eos, pad)
+            elif uniforms is None and adapters is None:
                 new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G,
                                    sampling_config(max_new_tokens, temperature, top_p, eos, pad))
+            else:  # the per-row draws as a processor after the warpers; generate then takes the one finite token
+                procs = None if uniforms is None else [*sampling_processors(temperature, top_p), InverseCDFSampler(uniforms=uniforms.to(model.device))]
+                new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G,
+                                   sampling_config(max_new_tokens, 0, 1.0, eos, pad), prefill=adapters is None,
+                                   logits_processor=procs, adapter_names=None if adapters is None else [a for a in adapters for _ in range(G)])
     finally:
         if was_training: model.train()
     return completions_from_ids(tokenizer, new, eos, G, max_new_tokens, time.perf_counter() - t0, use)

@@ -322,17 +322,22 @@ class SwarmNode:
 
 # %% ../nbs/07_node.ipynb #f29d0bd5
 @patch
+def draw_questions(self:SwarmNode, r:int, I:int) -> tuple:
+    "The round's I questions, their prompts, and one sampling seed per prompt: what generation needs, from this node alone."
+    from sapo_nb.tasks import derive_seed
+    questions = self.stream.next(I) if I else []
+    prompts = [self.format_prompt(self.policy.tokenizer, q) for q in questions]
+    return questions, prompts, [derive_seed(self.cfg.seed, self.cfg.node_id, r, "generate", p) for p in range(len(prompts))]
+
+@patch
 def _generate_local(self:SwarmNode, r:int, I:int):
     "Draw I questions, sample G completions each: `(questions, prompts, completions)`, the raw material of the local groups."
-    cfg, tok = self.cfg, self.policy.tokenizer
-    questions = self.stream.next(I) if I else []
+    cfg = self.cfg
+    questions, prompts, seeds = self.draw_questions(r, I)
     if not questions: return [], [], None
     from sapo_nb.generation import generate_completions
-    from sapo_nb.tasks import derive_seed
-    prompts = [self.format_prompt(tok, q) for q in questions]
-    comps = generate_completions(self.policy.sampler(), tok, prompts, cfg.completions_per_question, cfg.max_new_tokens,
-                                 cfg.temperature, cfg.top_p, seed=derive_seed(cfg.seed, cfg.node_id, r, "generate"),
-                                 compute_dtype=self.policy.compute_dtype)
+    comps = generate_completions(self.policy.sampler(), self.policy.tokenizer, prompts, cfg.completions_per_question,
+                                 cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=seeds, compute_dtype=self.policy.compute_dtype)
     return questions, prompts, comps
 
 @patch
@@ -348,12 +353,14 @@ def _collect(self:SwarmNode, r:int) -> list:
 
 # %% ../nbs/07_node.ipynb #f697a5b2
 @patch
-def begin_round(self:SwarmNode, r:int) -> dict:
+def begin_round(self:SwarmNode, r:int,
+                sampled:tuple|None=None, # (questions, prompts, completions) already sampled for this node (`swarm` batches nodes)
+               ) -> dict:
     "First half of round `r`: generate and score the local groups, publish them. Returns the round's state."
     cfg, sec = self.cfg, {}
     self.policy.activate()  # on a shared base, other nodes may have run since this one did
     (I, J), t0 = self.controller.ij, time.perf_counter()
-    questions, prompts, comps = self._generate_local(r, I)
+    questions, prompts, comps = sampled if sampled is not None else self._generate_local(r, I)
     sec["generate"] = time.perf_counter() - t0
     t = time.perf_counter()
     batch = getattr(self.reward_fn, "score_batch", None)  # one trip to the scoring worker; a plain function per group
