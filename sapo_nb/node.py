@@ -15,7 +15,8 @@ from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, 
 # %% auto #0
 __all__ = ['read_metrics', 'LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'truncate_metrics',
            'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint',
-           'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError', 'progress_line']
+           'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError', 'progress_line',
+           'sample_together']
 
 # %% ../nbs/07_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int) -> int:
@@ -361,7 +362,7 @@ def begin_round(self:SwarmNode, r:int,
     self.policy.activate()  # on a shared base, other nodes may have run since this one did
     (I, J), t0 = self.controller.ij, time.perf_counter()
     questions, prompts, comps = sampled if sampled is not None else self._generate_local(r, I)
-    sec["generate"] = time.perf_counter() - t0
+    sec["generate"] = time.perf_counter() - t0 if sampled is None else (comps.seconds if comps else 0.0)
     t = time.perf_counter()
     batch = getattr(self.reward_fn, "score_batch", None)  # one trip to the scoring worker; a plain function per group
     pairs = list(zip(questions, comps.texts)) if questions else []
@@ -557,3 +558,30 @@ def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
 def _progress(self:SwarmNode, row:dict):
     last, self._last_row_time = getattr(self, "_last_row_time", None), row["time"]
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
+
+# %% ../nbs/07_node.ipynb #a48817d9
+def sample_together(nodes:list, r:int) -> list:
+    "Round r's `(questions, prompts, completions)` per node; nodes on one shared base (same G and sampling) in one batch, others None."
+    from sapo_nb.generation import Completions, generate_completions
+    out, batches = [None] * len(nodes), {}
+    for k, n in enumerate(nodes):
+        base, c = getattr(n.policy, "base", None), n.cfg
+        if base is not None: batches.setdefault((id(base), c.completions_per_question, c.max_new_tokens, c.temperature, c.top_p), []).append(k)
+    for (_, G, max_new, temperature, top_p), ks in batches.items():
+        if len(ks) < 2: continue  # alone on its base: the node samples in its own round
+        drawn = {k: nodes[k].draw_questions(r, nodes[k].controller.ij[0]) for k in ks}
+        prompts = [p for k in ks for p in drawn[k][1]]
+        if not prompts:
+            for k in ks: out[k] = ([], [], None)
+            continue
+        base = nodes[ks[0]].policy.base
+        comps = generate_completions(base.model, base.tokenizer, prompts, G, max_new, temperature, top_p,
+                                     seed=[s for k in ks for s in drawn[k][2]], compute_dtype=base.compute_dtype,
+                                     adapters=[nodes[k].policy.adapter for k in ks for _ in drawn[k][1]])
+        at = 0
+        for k in ks:
+            qs, ps, _ = drawn[k]; n = len(ps)
+            part = Completions(comps.texts[at:at + n], comps.n_tokens[at:at + n], comps.truncated[at:at + n],
+                               comps.seconds * n / len(prompts), comps.backend)  # time shared by prompts
+            out[k], at = ((qs, ps, part) if n else ([], [], None)), at + n
+    return out
