@@ -5,6 +5,9 @@ the first-10 vs last-10 rounds' means with bootstrap 95% intervals, seconds per 
 generation tokens/s. Writes everything to bench/results/learn_single_node.json.
 
     python bench/learn_single_node.py [--rounds 40] [--questions 4] [--G 4] [--lr 1e-5] [--seed 0]
+    python bench/learn_single_node.py --adapter lora --rank 16 --lr 1e-4 --out bench/results/learn_single_node_lora.json
+
+Held-out greedy pass@1 is measured before the first update and after the last (`--eval-questions`, 0: none).
 """
 import argparse, json, random, statistics, sys, tempfile, time
 from pathlib import Path
@@ -29,6 +32,8 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--adapter", default="none", choices=["none", "lora"]); p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--eval-questions", type=int, default=64)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "learn_single_node.json"))
     a = p.parse_args(argv)
     import torch
@@ -38,7 +43,8 @@ def main(argv=None):
     root = tempfile.mkdtemp(prefix="sapo_bench_")
     cfg = preset("cpu", model=a.model, root=root, experiment="learn", node_id="solo", transport="memory",
                  local_questions=a.questions, external_questions=0, completions_per_question=a.G,
-                 rounds=a.rounds, learning_rate=a.lr, seed=a.seed, checkpoint_every=0)
+                 rounds=a.rounds, learning_rate=a.lr, seed=a.seed, checkpoint_every=0, adapter=a.adapter, lora_rank=a.rank,
+                 eval_every=a.rounds if a.eval_questions else 0, eval_questions=max(1, a.eval_questions))
     t0 = time.perf_counter()
     node = SwarmNode(cfg, log=lambda *_: None)
     load_s = time.perf_counter() - t0
@@ -55,12 +61,14 @@ def main(argv=None):
     toks = sum(row["tokens_generated"] for row in rows) / sum(row["seconds"]["generate"] for row in rows)
     res = dict(config=cfg.to_dict(), torch_threads=torch.get_num_threads(), load_seconds=load_s, rewards=r,
                first=first, last=last, diff=diff, seconds_per_phase=phase, generate_tokens_per_s=toks,
-               frac_zero_std=[row["frac_zero_std"] for row in rows])
+               frac_zero_std=[row["frac_zero_std"] for row in rows],
+               held_out=dict(base=rows[0].get("eval_base_pass1"), final=rows[-1].get("eval_pass1"), n=rows[-1].get("eval_n")))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
     print(f"\nfirst {k} rounds: mean {first[0]:.3f} (95% CI {first[1]:.3f}-{first[2]:.3f})")
     print(f"last {k} rounds:  mean {last[0]:.3f} (95% CI {last[1]:.3f}-{last[2]:.3f})")
     print(f"difference:      {diff[0]:+.3f} (95% CI {diff[1]:+.3f} to {diff[2]:+.3f})")
+    print(f"held-out pass@1: {res['held_out']['base']} -> {res['held_out']['final']} (n={res['held_out']['n']})")
     print("seconds per round: " + ", ".join(f"{k_} {v:.2f}" for k_, v in phase.items()) + f"; generation {toks:.0f} tokens/s")
     return 0 if diff[1] > 0 else 1
 
