@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses, json, math, os, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from fastcore.basics import patch
+from .core import atomic_write
 
 # %% auto #0
 __all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device', 'ConfigError', 'SAPOConfig',
@@ -173,7 +175,8 @@ def _mix_tasks(mix):
     return tuple(t[0] for t in MIXES[mix]["tasks"])
 
 # %% ../nbs/00_config.ipynb #20f8fa3b
-def _validate(self: SAPOConfig):
+@patch
+def validate(self:SAPOConfig):
     "Raise `ConfigError` naming the first field whose value is not allowed."
     for name, (ok, allowed) in _RULES.items():
         if not ok(getattr(self, name)): _fail(name, getattr(self, name), allowed)
@@ -203,7 +206,6 @@ def _validate(self: SAPOConfig):
         _fail("beta", self.beta, "0 with adapter='lora' (a KL reference is available with adapter='none')")
     return self
 
-SAPOConfig.validate = _validate
 
 # %% ../nbs/00_config.ipynb #572d8c39
 def _kind(f):
@@ -219,7 +221,8 @@ def _coerce(name, kind, value):
     _fail(name, value, f"a value of type {kind.__name__}")
 
 # %% ../nbs/00_config.ipynb #924ae9c6
-def _from_dict(cls, d:dict, **overrides):
+@patch(cls_method=True)
+def from_dict(cls:SAPOConfig, d:dict, **overrides):
     "A config from a dict of field values (unknown keys are an error), with `overrides` on top."
     d = {**d, **overrides}
     kinds = {f.name: _kind(f) for f in fields(cls)}
@@ -227,14 +230,16 @@ def _from_dict(cls, d:dict, **overrides):
     if unknown: raise ConfigError(f"SAPOConfig: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(kinds)}")
     return cls(**{k: _coerce(k, kinds[k], v) for k, v in d.items()})
 
-def _to_dict(self): return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+@patch
+def to_dict(self:SAPOConfig) -> dict:
+    "The field values as plain JSON-able values (tuples as lists)."
+    return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
-def _to_json(self, path=None):
-    "The config as JSON text; also written (atomically) to `path` when given."
+@patch
+def to_json(self:SAPOConfig, path=None) -> str:
+    "The config as JSON text; also written whole to `path` when given (`core.atomic_write`)."
     text = json.dumps(self.to_dict(), indent=2)
-    if path is not None:
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp"); tmp.write_text(text); os.replace(tmp, path)
+    if path is not None: atomic_write(path, text)
     return text
 
 def _read_config_file(path) -> dict:
@@ -251,15 +256,15 @@ def _read_config_file(path) -> dict:
     if not isinstance(d, dict): raise ConfigError(f"SAPOConfig: {path} must hold a mapping of field: value")
     return d
 
-def _from_file(cls, path, **overrides):
+@patch(cls_method=True)
+def from_file(cls:SAPOConfig, path, **overrides):
     "Read a config from a `.json`, `.yaml` or `.yml` file."
     return cls.from_dict(_read_config_file(path), **overrides)
 
-SAPOConfig.from_dict = classmethod(_from_dict)
-SAPOConfig.to_dict = _to_dict
-SAPOConfig.to_json = _to_json
-SAPOConfig.from_file = classmethod(_from_file)
-SAPOConfig.replace = lambda self, **kw: self.from_dict(self.to_dict(), **kw)
+@patch
+def replace(self:SAPOConfig, **changes) -> SAPOConfig:
+    "A copy with `changes` applied, checked like any new config."
+    return self.from_dict(self.to_dict(), **changes)
 
 # %% ../nbs/00_config.ipynb #654756e1
 FORK_ENV = dict(NUM_TRAIN_SAMPLES="local_questions", NUM_TRANSPLANT_TREES="external_questions",

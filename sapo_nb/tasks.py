@@ -6,6 +6,7 @@
 from __future__ import annotations
 import contextlib, copy, functools, hashlib, io, random
 from typing import Any, Iterator
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'TRAIN_SEEDS', 'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES',
@@ -164,12 +165,14 @@ class TaskStream:
                                 f"share_stream={self.share_stream!r}, drawn={self.drawn})")
 
 # %% ../nbs/01_tasks.ipynb #48bab746
-def _position(self:TaskStream) -> dict:
+@patch
+def position(self:TaskStream) -> dict:
     "Where the stream stands, as plain JSON numbers: what `restore` needs to continue it exactly."
     return dict(drawn=self.drawn, dropped=self.dropped, rng=list(self._rng.getstate()[1]),
                 chunk=list(self._chunk), pos=list(self._pos))
 
-def _restore(self:TaskStream, position:dict):
+@patch
+def restore(self:TaskStream, position:dict):
     "Continue from `position` (from `position()` of a stream with the same mix, seed, node and tasks); checked first."
     def ints(key, n, lo, hi):
         v = position.get(key) if isinstance(position, dict) else None
@@ -187,8 +190,6 @@ def _restore(self:TaskStream, position:dict):
     self._chunk, self._pos, self._data, self._seeds = list(chunk), list(pos), [None] * n, [None] * n  # data regenerated on use
     self.drawn, self.dropped = drawn, dropped
     return self
-
-TaskStream.position, TaskStream.restore = _position, _restore
 
 # %% ../nbs/01_tasks.ipynb #09f94489
 class ItemError(ValueError):

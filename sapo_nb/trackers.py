@@ -8,6 +8,7 @@ import importlib, json, math, os, re
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, valid_name
 from .core import experiment_dir, read_jsonl, read_run_config
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ROW_STEP', 'ROW_TIME', 'EXTRAS', 'TRACKERS', 'TRACKER_CLASSES', 'row_step', 'flatten_row', 'TrackerError', 'Tracker',
@@ -62,6 +63,7 @@ class Tracker:
     def __repr__(self): return f"{type(self).__name__}({self.kind!r}, rows={self.rows}, {'on' if self.enabled else 'off'})"
 
 # %% ../nbs/13_trackers.ipynb #d38f8d9a
+@patch
 def _fail(self:Tracker, doing:str, e:BaseException):
     "Remember the first failure, report it once, and so turn the tracker off."
     if self.error is not None: return
@@ -69,7 +71,8 @@ def _fail(self:Tracker, doing:str, e:BaseException):
     try: self.report(f"tracker {self.kind}: {doing} failed ({self.error}); it is off now, metrics.jsonl goes on")
     except Exception: pass  # a log callable that fails too must not undo the guarantee
 
-def _log(self:Tracker, row:dict) -> bool:
+@patch
+def log(self:Tracker, row:dict) -> bool:
     "Send one metrics row (step: its `round`); True if it was sent. Never raises: a failure turns the tracker off."
     if not self.enabled: return False
     try:
@@ -81,14 +84,13 @@ def _log(self:Tracker, row:dict) -> bool:
     self.rows += 1
     return True
 
-def _close(self:Tracker):
+@patch
+def close(self:Tracker):
     "Flush and close; a second call does nothing. After a failure it still tries to release what it holds, quietly."
     if self.closed: return
     self.closed = True
     try: self.finish()
     except Exception as e: self._fail("closing", e)
-
-Tracker._fail, Tracker.log, Tracker.close = _fail, _log, _close
 
 # %% ../nbs/13_trackers.ipynb #4708c175
 EXTRAS = dict(tensorboard="tensorboardX", wandb="wandb", trackio="trackio")  # tracker -> the package its extra installs
