@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         if args.command in ("status", "clean"):
             cfg = load_config(**{k: v for k, v in (("root", args.root), ("experiment", args.experiment)) if v is not None})
             if args.command == "clean": return _clean(cfg)
-            from sapo_nb.swarm import swarm_status, format_status
+            from sapo_nb.monitor import swarm_status, format_status
             print(format_status(swarm_status(cfg.root, cfg.experiment))); return 0
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
@@ -166,7 +166,8 @@ def _swarm(cfg, args) -> int:
 
 def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
     "What a run prints at its end: status, what happened, disk used and freed, where the results are."
-    from sapo_nb.swarm import swarm_status, format_status, run_summary, format_summary, disk_usage, format_bytes, remove_checkpoints
+    from sapo_nb.swarm import disk_usage, format_bytes, remove_checkpoints
+    from sapo_nb.monitor import swarm_status, format_status, run_summary, format_summary
     from sapo_nb.node import experiment_dir
     import shlex
     exp, status = experiment_dir(cfg), swarm_status(cfg.root, cfg.experiment)
@@ -190,7 +191,8 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
 # %% ../nbs/11_cli.ipynb #2f383dd8
 def _clean(cfg) -> int:
     "`sapo clean`: remove the run's checkpoints, print what that freed and what is left; 1 if a running node kept its own."
-    from sapo_nb.swarm import remove_checkpoints, disk_usage, format_bytes, swarm_status
+    from sapo_nb.swarm import remove_checkpoints, disk_usage, format_bytes
+    from sapo_nb.monitor import swarm_status
     from sapo_nb.node import experiment_dir
     exp = experiment_dir(cfg)
     if not exp.is_dir(): print(f"sapo clean: {exp} is not a folder", file=sys.stderr); return 2

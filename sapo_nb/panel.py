@@ -4,19 +4,17 @@
 
 # %% ../nbs/10_panel.ipynb #050d42c9
 from __future__ import annotations
-import html, json, os, re, signal, socket, stat, sys, threading, time
-from collections import deque
+import html, json, os, re, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
-from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, preset, valid_name
-from .node import atomic_write, experiment_dir, open_regular
-from .swarm import (ProcessSwarm, UnsupportedPlatform, node_configs, node_state, parse_override, planned_rounds, progress_line,
-                           read_json_file, require_process_groups, valid_metrics_row, _finite)
+from .config import ConfigError, CHOICES, field_docs, preset
+from .node import experiment_dir, progress_line
+from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states, read_json_file,
+                           require_process_groups, stop_swarm, _key)
+from .monitor import SwarmWatcher, tail_lines
 
 # %% auto #0
-__all__ = ['DRIVE_ROOT', 'PID_FILE', 'FORM_FIELDS', 'in_colab', 'default_root', 'MetricsReader', 'moving_average', 'NodeSeries',
-           'SwarmWatcher', 'status_html', 'tail_lines', 'read_pid_file', 'process_states', 'launch_swarm', 'stop_swarm',
-           'config_from_form', 'SwarmPanel']
+__all__ = ['DRIVE_ROOT', 'FORM_FIELDS', 'in_colab', 'default_root', 'status_html', 'config_from_form', 'SwarmPanel']
 
 # %% ../nbs/10_panel.ipynb #68bedf3b
 DRIVE_ROOT = "/content/drive/MyDrive/sapo_runs"
@@ -28,111 +26,6 @@ def in_colab(modules=None) -> bool:
 def default_root(modules=None) -> str:
     "The pool folder the panel proposes: Google Drive in Colab, `./sapo_runs` elsewhere."
     return DRIVE_ROOT if in_colab(modules) else "sapo_runs"
-
-# %% ../nbs/10_panel.ipynb #4b415fe7
-class MetricsReader:
-    "Follow one metrics.jsonl file: each `read()` returns only the complete, valid rows appended since the last one."
-    def __init__(self, path, chunk:int=1 << 25): # most bytes read by one call
-        self.path, self.chunk, self.offset, self.inode, self.bad, self.restarted = Path(path), chunk, 0, None, 0, False
-
-    def read(self) -> list:
-        self.restarted = False
-        try: st = os.stat(self.path)
-        except OSError: return []
-        if st.st_ino == self.inode and st.st_size == self.offset: return []  # nothing new: one stat per refresh
-        f = open_regular(self.path)
-        if f is None: return []
-        with f:
-            st = os.fstat(f.fileno())
-            if st.st_ino != self.inode or st.st_size < self.offset:  # first read, or the file was rewritten
-                self.restarted, self.offset, self.inode = self.inode is not None, 0, st.st_ino
-            if st.st_size == self.offset: return []
-            f.seek(self.offset); data = f.read(min(st.st_size - self.offset, self.chunk))
-        end = data.rfind(b"\n") + 1  # complete lines only: a torn tail is read again next time
-        if end == 0 and len(data) == self.chunk: end, self.bad = len(data), self.bad + 1  # a line longer than a chunk: dropped
-        self.offset += end
-        rows = []
-        for line in data[:end].splitlines():
-            if not line.strip(): continue
-            try: row = json.loads(line)
-            except (ValueError, RecursionError): row = None  # not JSON, or nested deeper than the parser goes
-            if valid_metrics_row(row): rows.append(row)
-            else: self.bad += 1
-        return rows
-
-# %% ../nbs/10_panel.ipynb #ac04f8c1
-def moving_average(ys:list, window:int) -> list:
-    "Trailing mean of the last `window` values at each position, skipping `None`s; `None` where all are `None`."
-    out = []
-    for i in range(len(ys)):
-        vals = [y for y in ys[max(0, i + 1 - window):i + 1] if y is not None]
-        out.append(sum(vals) / len(vals) if vals else None)
-    return out
-
-class NodeSeries:
-    "One node's rounds, rewards and their moving average, grown incrementally from its metrics file."
-    def __init__(self, path, window:int=100, keep_rows:int=20):
-        self.reader, self.window = MetricsReader(path), window
-        self.last_rows = deque(maxlen=keep_rows)  # the newest rows, for the log view and the status
-        self.clear()
-
-    def clear(self):
-        self.rounds, self.rewards, self.smooth, self._sum, self._n = [], [], [], [0.0], [0]
-        self.last_rows.clear()
-
-    def update(self) -> int:
-        "Read new rows; the number added (all of them again after the file was rewritten)."
-        rows = self.reader.read()
-        if self.reader.restarted: self.clear()
-        for row in rows:
-            y = None if row["reward_train"] is None else float(row["reward_train"])
-            self.rounds.append(row["round"]); self.rewards.append(y)
-            self._sum.append(self._sum[-1] + (y or 0.0)); self._n.append(self._n[-1] + (y is not None))
-            i, j = len(self.rewards), max(0, len(self.rewards) - self.window)
-            n = self._n[i] - self._n[j]
-            self.smooth.append((self._sum[i] - self._sum[j]) / n if n else None)
-            self.last_rows.append(row)
-        return len(rows)
-
-# %% ../nbs/10_panel.ipynb #91272904
-class SwarmWatcher:
-    "The series and status of every node of `<root>/<experiment>`, kept up to date incrementally."
-    def __init__(self, root, experiment:str, window:int=100):
-        self.dir, self.window, self.nodes, self.total_rounds = Path(root) / experiment, window, {}, {}
-
-    def refresh(self) -> dict:
-        "Read what is new; {node: rows added} for the nodes that changed."
-        logs = self.dir / "logs"
-        if logs.is_dir():
-            for d in sorted(logs.iterdir()):
-                if d.is_dir() and d.name not in self.nodes: self.nodes[d.name] = NodeSeries(d / "metrics.jsonl", self.window)
-        changed = {}
-        for name, series in self.nodes.items():
-            n = series.update()
-            if n or series.reader.restarted: changed[name] = n
-        if changed or not self.total_rounds: self.total_rounds = planned_rounds(self.dir)
-        return changed
-
-    def status(self, states:dict|None=None, now:float|None=None, stale_after:float|None=None) -> list:
-        "One dict per node: `swarm_status`'s fields (`skipped`: lines that are not valid rows), `total_rounds`, `eta_seconds`, `state`."
-        now, states, out = time.time() if now is None else now, states or {}, []
-        for name in sorted(set(self.nodes) | set(states)):
-            s = self.nodes.get(name)
-            last = s.last_rows[-1] if s is not None and s.last_rows else None
-            total = self.total_rounds.get(name)
-            row = dict(node=name, rounds=len(s.rewards) if s else 0, last_round=None, reward=None, seconds_per_round=None,
-                       idle_seconds=None, stale=False, skipped=s.reader.bad if s else 0, total_rounds=total, eta_seconds=None)
-            seen = node_state(last, total, now, stale_after)  # from the rows alone: 'done', 'stale', 'alive' or '-'
-            if last is not None:
-                spr = last["seconds"]["total"]
-                row.update(last_round=last["round"], reward=last.get("reward_train"), seconds_per_round=spr,
-                           idle_seconds=now - last["time"], stale=seen == "stale")
-                if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * spr
-            proc = states.get(name)
-            row["state"] = ("done" if seen == "done" and proc != "running" else "stopped" if proc == "exited"
-                            else ("starting" if proc else "-") if last is None else "stale" if seen == "stale" else proc or "alive")
-            out.append(row)
-        return out
 
 # %% ../nbs/10_panel.ipynb #b69f3efd
 def _fmt_seconds(s) -> str:
@@ -156,103 +49,6 @@ def status_html(rows:list) -> str:
                  _fmt_seconds(r["idle_seconds"]))] + [state]
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-status' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
-
-def tail_lines(path, n:int=15, block:int=16384) -> list:
-    "The last `n` lines of a text file, reading at most `block` bytes from its end; [] if it is not a regular file."
-    f = open_regular(path)
-    if f is None: return []
-    with f:
-        f.seek(0, os.SEEK_END); size = f.tell(); f.seek(max(0, size - block - 1))
-        data = f.read(block + 1)
-    if size > block: data = data[data.find(b"\n") + 1:]  # drop the cut first line (one byte more tells if it is cut)
-    return data.decode("utf-8", "replace").splitlines()[-n:]
-
-# %% ../nbs/10_panel.ipynb #a8b73dd2
-PID_FILE = "panel_pids.json"
-_SWARMS = {}  # str(experiment folder) -> the ProcessSwarm this kernel started there
-
-def _key(exp) -> str: return str(Path(exp).resolve())
-
-_PID_MAX = 2**31 - 1  # pid_t is 32 bits; 0, -1 and other negative "pids" name whole process groups to kill()
-
-def _pid_entry(e) -> bool:
-    "Whether `e` is {pid: int > 1, create_time: finite number}; pid 1 is init."
-    return (isinstance(e, dict) and isinstance(e.get("pid"), int) and not isinstance(e["pid"], bool)
-            and 1 < e["pid"] <= _PID_MAX and _finite(e.get("create_time")))
-
-def read_pid_file(exp) -> dict:
-    "The `panel_pids.json` of `exp`: {'host', 'launched_at', 'nodes': {node: {pid, create_time}}}; malformed entries left out."
-    d = read_json_file(Path(exp) / PID_FILE, limit=1 << 20)
-    if not isinstance(d, dict) or not isinstance(d.get("host"), str) or not isinstance(d.get("nodes"), dict): return {}
-    nodes = {n: dict(pid=e["pid"], create_time=e["create_time"]) for n, e in d["nodes"].items() if valid_name(n) and _pid_entry(e)}
-    return dict(host=d["host"], launched_at=d.get("launched_at") if _finite(d.get("launched_at")) else None, nodes=nodes)
-
-def _node_config(exp, node:str) -> Path: return Path(exp) / "logs" / node / "config.json"
-
-def _is_node(pid:int, create_time:float, config) -> bool:
-    "Whether `pid` runs `sapo node --config <config>`, started at `create_time` and has not exited."
-    import psutil
-    try:
-        p = psutil.Process(pid)
-        if abs(p.create_time() - create_time) >= 1.0 or p.status() == psutil.STATUS_ZOMBIE: return False
-        cmd = p.cmdline()  # ... node [--threads N] --config <config>
-        if len(cmd) < 3 or cmd[-2] != "--config" or not (cmd[-3] == "node" or cmd[-5:-3] == ["node", "--threads"]): return False
-        return os.path.realpath(os.path.join(p.cwd(), cmd[-1])) == os.path.realpath(config)
-    except (psutil.Error, OSError, ValueError): return False
-
-def process_states(exp, info:dict|None=None) -> dict:
-    "{node: 'running' | 'exited' | 'remote'} for the nodes in `exp`'s pid file (or in `info`, read from it already)."
-    info, swarm = read_pid_file(exp) if info is None else info, _SWARMS.get(_key(exp))
-    if not info: return {}
-    if info["host"] != socket.gethostname(): return {n: "remote" for n in info["nodes"]}
-    out = {}
-    for node, p in info["nodes"].items():
-        proc = swarm.procs.get(node) if swarm is not None else None
-        if proc is not None and proc.pid == p["pid"]: out[node] = "running" if proc.poll() is None else "exited"
-        else: out[node] = "running" if _is_node(p["pid"], p["create_time"], _node_config(exp, node)) else "exited"
-    return out
-
-def launch_swarm(cfgs:list) -> ProcessSwarm:
-    "Start one background process per config, register them, and write the pid file; refuses if nodes run there."
-    import psutil
-    exp = experiment_dir(cfgs[0])
-    running = [n for n, s in process_states(exp).items() if s != "exited"]
-    if running: raise ConfigError(f"experiment {cfgs[0].experiment}: node(s) {', '.join(running)} still run in {exp}; stop them or pick another experiment name")
-    swarm = ProcessSwarm(cfgs).start()
-    _SWARMS[_key(exp)] = swarm
-    nodes = {}
-    for node, p in swarm.procs.items():
-        try: ct = psutil.Process(p.pid).create_time()
-        except psutil.Error: ct = 0.0  # already gone: it will read as exited
-        nodes[node] = dict(pid=p.pid, create_time=ct)
-    atomic_write(exp / PID_FILE, json.dumps(dict(host=socket.gethostname(), launched_at=time.time(), nodes=nodes), indent=1))
-    return swarm
-
-def _signal(pid:int, sig):
-    "Signal the process group `pid` leads (its own session), else the process alone."
-    try:
-        if os.getpgid(pid) == pid: os.killpg(pid, sig)
-        else: os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError): pass
-
-def stop_swarm(exp, timeout:float=10.0) -> dict:
-    "SIGTERM the running nodes of `exp`, SIGKILL them after `timeout` s; {node: 'terminated' | 'killed'}."
-    require_process_groups("stopping nodes from the panel", "Stop each node in its own console (Ctrl-C), or run under WSL.")
-    info = read_pid_file(exp)  # read once: each check and each signal below is about these same entries
-    live = [n for n, s in process_states(exp, info).items() if s == "running"]
-    for n in live: _signal(info["nodes"][n]["pid"], signal.SIGTERM)
-    end, out = time.monotonic() + timeout, {}
-    while True:
-        states = process_states(exp, info)
-        for n in live:
-            if states.get(n) != "running": out.setdefault(n, "terminated")
-        if len(out) == len(live) or time.monotonic() > end: break
-        time.sleep(0.05)
-    for n in live:
-        if n not in out: _signal(info["nodes"][n]["pid"], signal.SIGKILL); out[n] = "killed"
-    end = time.monotonic() + 5
-    while any(s == "running" for s in process_states(exp, info).values()) and time.monotonic() < end: time.sleep(0.05)
-    return out
 
 # %% ../nbs/10_panel.ipynb #56282d82
 FORM_FIELDS = dict(model="model", nodes=None, I="local_questions", J="external_questions", G="completions_per_question",

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from sapo_nb import node as node_module, panel
+from sapo_nb.monitor import SwarmWatcher, swarm_status, format_status
 from sapo_nb.cli import main
 from sapo_nb.config import SAPOConfig
 from sapo_nb.node import (SwarmNode, NodeLease, CheckpointError, checkpoint_dir, metrics_path, read_metrics,
                           save_checkpoint)
-from sapo_nb.swarm import (ProcessSwarm, UnsupportedPlatform, node_configs, swarm_status, format_status, thread_share,
-                           set_threads)
+from sapo_nb.swarm import ProcessSwarm, UnsupportedPlatform, node_configs, stop_swarm, thread_share, set_threads
 from sapo_nb.transport import MemoryTransport
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,7 +201,7 @@ def test_status_shows_a_finished_node_as_done(tmp_path):
     st = swarm_status(tmp_path, "exp", now=10**6)
     assert [(s["node"], s["state"]) for s in st] == [("node-0", "done"), ("node-1", "stale")]
     assert re.search(r"node-0 +3/3 .* done", format_status(st))
-    w = panel.SwarmWatcher(tmp_path, "exp"); w.refresh()
+    w = SwarmWatcher(tmp_path, "exp"); w.refresh()
     assert [r["state"] for r in w.status(now=10**6)] == ["done", "stale"]
     for junk in ("[" * 100_000, json.dumps({"nodes": [dict(node_id="node-0", rounds="3")]}), "{torn"):  # untrusted: never a crash
         (exp / "config.json").write_text(junk)
@@ -218,7 +218,7 @@ def test_process_mode_without_killpg_says_so(tmp_path, monkeypatch):
     code, _, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--mode", "process")
     assert code == 2 and "process mode needs POSIX process groups" in err and "--mode inline" in err, err
     assert not (tmp_path / "sapo" / "logs").exists()  # nothing started
-    with pytest.raises(UnsupportedPlatform): panel.stop_swarm(tmp_path / "sapo")
+    with pytest.raises(UnsupportedPlatform): stop_swarm(tmp_path / "sapo")
     p = panel.SwarmPanel(root=str(tmp_path), experiment="win", interval=None, model="tiny", nodes=2, rounds=3)
     assert p.launch() is None and "supported: Linux, macOS, WSL" in p.message.value
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sapo_nb import panel
-from sapo_nb.panel import (PID_FILE, MetricsReader, SwarmPanel, SwarmWatcher, process_states, read_pid_file, status_html,
-                           stop_swarm, tail_lines)
-from sapo_nb.swarm import format_status, swarm_status
+from sapo_nb import swarm
+from sapo_nb.monitor import MetricsReader, SwarmWatcher, format_status, swarm_status, tail_lines
+from sapo_nb.panel import SwarmPanel, status_html
+from sapo_nb.swarm import PID_FILE, process_states, read_pid_file, stop_swarm
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -49,10 +49,10 @@ def in_thread(fn, timeout=5.0):
 
 @pytest.fixture
 def signals(monkeypatch):
-    "Record every signal the panel would send (signal 0, an existence probe, still goes through)."
+    "Record every signal the stop path would send (signal 0, an existence probe, still goes through)."
     sent, kill, killpg = [], os.kill, os.killpg
-    monkeypatch.setattr(panel.os, "kill", lambda pid, sig: kill(pid, 0) if sig == 0 else sent.append(("kill", pid, sig)))
-    monkeypatch.setattr(panel.os, "killpg", lambda pid, sig: killpg(pid, 0) if sig == 0 else sent.append(("killpg", pid, sig)))
+    monkeypatch.setattr(swarm.os, "kill", lambda pid, sig: kill(pid, 0) if sig == 0 else sent.append(("kill", pid, sig)))
+    monkeypatch.setattr(swarm.os, "killpg", lambda pid, sig: killpg(pid, 0) if sig == 0 else sent.append(("killpg", pid, sig)))
     return sent
 
 

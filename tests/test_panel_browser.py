@@ -70,7 +70,7 @@ def test_panel_in_jupyterlab(tmp_path):
     if _missing(): pytest.fail("the browser test needs: " + "; ".join(_missing()) + " (or set SAPO_SKIP_BROWSER=1 to skip it)")
     import psutil
     from playwright.sync_api import sync_playwright
-    from sapo_nb.panel import read_pid_file, stop_swarm
+    from sapo_nb.swarm import read_pid_file, stop_swarm
     t0, times = time.monotonic(), {}
     def mark(step):
         times[step] = round(time.monotonic() - t0, 1); print(f"[browser test] {step}: {times[step]} s", flush=True)
