@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, sys, time
 from dataclasses import fields
-from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, load_config, _kind
+from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, load_config, field_kind
 
 # %% auto #0
 __all__ = ['SHORT_FLAGS', 'add_config_args', 'config_from_args', 'demo', 'main']
@@ -21,7 +21,7 @@ def add_config_args(parser:argparse.ArgumentParser):
     docs = field_docs()
     group = parser.add_argument_group("config fields (SAPOConfig)")
     for f in fields(SAPOConfig):
-        kind, names = _kind(f), [f"--{f.name.replace('_', '-')}"] + ([SHORT_FLAGS[f.name]] if f.name in SHORT_FLAGS else [])
+        kind, names = field_kind(f), [f"--{f.name.replace('_', '-')}"] + ([SHORT_FLAGS[f.name]] if f.name in SHORT_FLAGS else [])
         kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{docs[f.name]} (default: {f.default!r})")
         if kind is bool: group.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         elif kind is tuple: group.add_argument(*names, nargs="*", **kw)
@@ -30,9 +30,9 @@ def add_config_args(parser:argparse.ArgumentParser):
 
 def config_from_args(ns:argparse.Namespace, environ=None) -> SAPOConfig:
     "The config a parsed command line asks for: preset < file < environment < flags."
-    from sapo_nb.config import _parse_env
-    kinds = {f.name: _kind(f) for f in fields(SAPOConfig)}
-    flags = {k: v if kinds[k] in (bool, tuple) else _parse_env(f"--{k.replace('_', '-')}", k, kinds[k], v)
+    from sapo_nb.config import parse_field
+    kinds = {f.name: field_kind(f) for f in fields(SAPOConfig)}
+    flags = {k: v if kinds[k] in (bool, tuple) else parse_field(f"--{k.replace('_', '-')}", k, kinds[k], v)
              for k, v in vars(ns).items() if k in kinds}
     return load_config(getattr(ns, "config", None), environ, getattr(ns, "preset", None), **flags)
 
@@ -42,7 +42,7 @@ def demo(cfg:SAPOConfig, questions:int=4, log=print) -> float:
     from sapo_nb.models import load_policy
     from sapo_nb.tasks import TaskStream, format_prompt, mix_settings
     from sapo_nb.rewards import make_reward_fn
-    from sapo_nb.grpo import generate_completions
+    from sapo_nb.generation import generate_completions
     t0 = time.perf_counter()
     pol = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype, compute_dtype=cfg.compute_dtype)
     log(f"loaded {cfg.model} on {pol.device} in {time.perf_counter() - t0:.1f} s")

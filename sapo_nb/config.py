@@ -11,8 +11,9 @@ from fastcore.basics import patch
 from .core import atomic_write
 
 # %% auto #0
-__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device', 'ConfigError', 'SAPOConfig',
-           'env_overrides', 'load_config', 'preset', 'field_docs']
+__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device', 'printable_name',
+           'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides', 'load_config', 'preset',
+           'field_docs']
 
 # %% ../nbs/00_config.ipynb #48066c83
 CHOICES = dict(
@@ -38,6 +39,10 @@ DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,3})?")  # what torch accepts
 def valid_device(device) -> bool:
     "True if `device` names a device a node can run on: auto, cpu, cuda, cuda:N or mps."
     return isinstance(device, str) and DEVICE_RE.fullmatch(device) is not None
+
+def printable_name(name) -> str:
+    "`name` as it can be printed safely: itself when it is a valid name, else its `ascii()` form (no control characters)."
+    return name if valid_name(name) else ascii(name)
 
 # %% ../nbs/00_config.ipynb #19d6d30b
 class ConfigError(ValueError):
@@ -208,7 +213,7 @@ def validate(self:SAPOConfig):
 
 
 # %% ../nbs/00_config.ipynb #572d8c39
-def _kind(f):
+def field_kind(f):
     "The Python type a field holds, from its default."
     return type(f.default) if f.default is not dataclasses.MISSING else str
 
@@ -225,7 +230,7 @@ def _coerce(name, kind, value):
 def from_dict(cls:SAPOConfig, d:dict, **overrides):
     "A config from a dict of field values (unknown keys are an error), with `overrides` on top."
     d = {**d, **overrides}
-    kinds = {f.name: _kind(f) for f in fields(cls)}
+    kinds = {f.name: field_kind(f) for f in fields(cls)}
     unknown = sorted(set(d) - set(kinds))
     if unknown: raise ConfigError(f"SAPOConfig: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(kinds)}")
     return cls(**{k: _coerce(k, kinds[k], v) for k, v in d.items()})
@@ -271,7 +276,7 @@ FORK_ENV = dict(NUM_TRAIN_SAMPLES="local_questions", NUM_TRANSPLANT_TREES="exter
                 NUM_GENERATIONS="completions_per_question", MAX_ROUNDS="rounds", MODEL_NAME="model",
                 NODE_ID="node_id", EXPERIMENT_NAME="experiment", GDRIVE_PATH="root")
 
-def _parse_env(var, name, kind, text):
+def parse_field(var, name, kind, text):
     "Parse an environment string by the field's type."
     try:
         if kind is bool:
@@ -286,11 +291,11 @@ def _parse_env(var, name, kind, text):
 def env_overrides(environ=None) -> dict:
     "Field values set in `environ` (default `os.environ`) by `SAPO_<FIELD>` or a Colab-fork name."
     environ = os.environ if environ is None else environ
-    kinds = {f.name: _kind(f) for f in fields(SAPOConfig)}
+    kinds = {f.name: field_kind(f) for f in fields(SAPOConfig)}
     names = {**{var: f for var, f in FORK_ENV.items()}, **{f"SAPO_{f.upper()}": f for f in kinds}}  # SAPO_ last: wins
     out = {}
     for var, name in names.items():
-        if var in environ: out[name] = _parse_env(var, name, kinds[name], environ[var])
+        if var in environ: out[name] = parse_field(var, name, kinds[name], environ[var])
     return out
 
 def load_config(path=None, environ=None, preset:str|None=None, **overrides) -> SAPOConfig:

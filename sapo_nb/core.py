@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'PHASES', 'METRIC_FIELDS', 'Group', 'atomic_write', 'open_regular',
-           'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'experiment_dir', 'metrics_path',
-           'checkpoint_dir', 'RoundMetrics', 'valid_metrics_row', 'metric_columns']
+__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'Group', 'atomic_write',
+           'open_regular', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'experiment_dir',
+           'metrics_path', 'checkpoint_dir', 'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row',
+           'metric_columns']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 WIRE_FIELDS = ("task", "item", "question", "completions", "truncated")  # what a node publishes of a group, and nothing else
@@ -110,18 +111,18 @@ def metrics_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id
 def checkpoint_dir(cfg) -> Path: return experiment_dir(cfg) / "checkpoints" / cfg.node_id
 
 # %% ../nbs/00_core.ipynb #41487f7c
-_COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it
+COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it
 
-def _finite(x) -> bool:
+def is_finite(x) -> bool:
     "A number (not a bool) that is finite as a float."
     if isinstance(x, bool) or not isinstance(x, (int, float)): return False
     try: return math.isfinite(x)
     except OverflowError: return False  # an int too large for a float
 
-def _count(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < _COUNT_MAX
-def _number(x) -> bool: return x is None or _finite(x)
+def is_count(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < COUNT_MAX
+def _number(x) -> bool: return x is None or is_finite(x)
 def _text(x) -> bool: return isinstance(x, str)
-def _seconds(x) -> bool: return isinstance(x, dict) and _finite(x.get("total")) and x["total"] >= 0
+def _seconds(x) -> bool: return isinstance(x, dict) and is_finite(x.get("total")) and x["total"] >= 0
 def _any(x) -> bool: return True
 
 def _m(check, doc:str, default=None, required:bool=False):
@@ -134,21 +135,21 @@ PHASES = ("generate", "reward", "publish", "collect", "select", "train")  # the 
 @dataclass
 class RoundMetrics:
     "One node's round: one line of its `metrics.jsonl`, the schema every reader of metrics uses."
-    round: int = _m(_count, "round number, from 0", required=True)
+    round: int = _m(is_count, "round number, from 0", required=True)
     node_id: str = _m(_text, "the node", required=True)
-    I: int = _m(_count, "local questions this round", 0, required=True)
-    J: int = _m(_count, "external groups asked for this round", 0, required=True)
-    G: int = _m(_count, "completions per question", 0)
+    I: int = _m(is_count, "local questions this round", 0, required=True)
+    J: int = _m(is_count, "external groups asked for this round", 0, required=True)
+    G: int = _m(is_count, "completions per question", 0)
     model: str = _m(_text, "the node's model", "")
     reward_local: float|None = _m(_number, "mean reward of the node's own completions")
     reward_external: float|None = _m(_number, "mean reward (scored locally) of the selected external groups")
     reward_train: float|None = _m(_number, "mean over both: the paper's metric", required=True)
     frac_zero_std: float|None = _m(_number, "fraction of trained groups whose rewards are all equal (no signal)")
-    pool_available: int = _m(_count, "external groups collected from the pool", 0, required=True)
-    pool_rejected: int = _m(_count, "pool entries rejected by validation since the node started", 0)
-    pool_selected: int = _m(_count, "external groups trained on (the effective J)", 0, required=True)
-    pool_peers: int = _m(_count, "distinct senders among the collected groups", 0)
-    pool_unusable: int = _m(_count, "collected groups that could not be rebuilt or scored", 0)
+    pool_available: int = _m(is_count, "external groups collected from the pool", 0, required=True)
+    pool_rejected: int = _m(is_count, "pool entries rejected by validation since the node started", 0)
+    pool_selected: int = _m(is_count, "external groups trained on (the effective J)", 0, required=True)
+    pool_peers: int = _m(is_count, "distinct senders among the collected groups", 0)
+    pool_unusable: int = _m(is_count, "collected groups that could not be rebuilt or scored", 0)
     loss: float|None = _m(_number, "GRPO loss of the update")
     clip_frac: float|None = _m(_number, "fraction of tokens clipped, both sides")
     clip_frac_low: float|None = _m(_number, "fraction clipped below 1 - eps_low")
@@ -156,12 +157,12 @@ class RoundMetrics:
     kl: float|None = _m(_number, "KL to the reference policy (when beta > 0)")
     entropy: float|None = _m(_number, "mean token entropy of the trained completions")
     grad_norm: float|None = _m(_number, "gradient norm before clipping")
-    tokens_generated: int = _m(_count, "tokens the node sampled this round", 0)
-    tokens_trained: int = _m(_count, "completion tokens in the update", 0)
-    truncated: int = _m(_count, "completions cut by the length limit", 0)
+    tokens_generated: int = _m(is_count, "tokens the node sampled this round", 0)
+    tokens_trained: int = _m(is_count, "completion tokens in the update", 0)
+    truncated: int = _m(is_count, "completions cut by the length limit", 0)
     seconds: dict = _m(_seconds, "seconds per phase (`PHASES`, `eval`, `encode`) and `total`", required=True)
     peak_memory_mb: float|None = _m(_number, "peak memory of the process so far")
-    time: float = _m(_finite, "unix time the round ended", 0.0, required=True)
+    time: float = _m(is_finite, "unix time the round ended", 0.0, required=True)
     eval_pass1: float|None = _m(_number, "held-out greedy pass@1 after the round's update")
     eval_n: int|None = _m(_number, "held-out questions asked")
     eval_by_task: dict|None = _m(_any, "held-out pass@1 per task")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json, os, time
 from collections import deque
 from pathlib import Path
-from .node import read_metrics, open_regular
-from .swarm import valid_metrics_row, read_json_file, _finite, _COUNT_MAX, _shown
+from .config import printable_name
+from .core import COUNT_MAX, is_finite, open_regular, read_json_file, read_jsonl, valid_metrics_row
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node_state', 'node_status', 'swarm_status',
@@ -16,7 +16,7 @@ __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node
            'run_summary', 'format_summary']
 
 # %% ../nbs/14_monitor.ipynb #5cd7edc2
-def _run_length(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < _COUNT_MAX
+def _run_length(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < COUNT_MAX
 
 def planned_rounds(exp) -> dict:
     "{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`; entries of the wrong shape left out."
@@ -66,7 +66,7 @@ def swarm_status(root, experiment:str, now:float|None=None, stale_after:float|No
     now, exp = time.time() if now is None else now, Path(root) / experiment
     total, out = planned_rounds(exp), []
     for d in sorted((exp / "logs").glob("*")):
-        read = read_metrics(d / "metrics.jsonl")
+        read = read_jsonl(d / "metrics.jsonl")
         rows = [r for r in read if valid_metrics_row(r)]
         if rows: out.append(node_status(d.name, rows[-1], len(rows), len(read) - len(rows), total.get(d.name), now, stale_after))
     return out
@@ -75,7 +75,7 @@ def format_status(rows:list) -> str:
     "The status rows as a fixed-width table; a node name that is not a valid node id is shown quoted and escaped."
     head = f"{'node':>10} {'rounds':>9} {'reward':>7} {'s/round':>8} {'idle s':>7}  state"
     done = lambda r: f"{r['rounds']}" + (f"/{r['total_rounds']}" if r.get("total_rounds") else "")
-    lines = [f"{_shown(r['node']):>10} {done(r):>9} {'-' if r['reward'] is None else format(r['reward'], '.3f'):>7} "
+    lines = [f"{printable_name(r['node']):>10} {done(r):>9} {'-' if r['reward'] is None else format(r['reward'], '.3f'):>7} "
              f"{r['seconds_per_round']:>8.1f} {r['idle_seconds']:>7.0f}  {r['state']}"
              + (f"  ({r['skipped']} malformed rows skipped)" if r.get("skipped") else "") for r in rows]
     return "\n".join([head] + lines) if rows else "no node has written a metrics row yet"
@@ -195,7 +195,7 @@ def tail_lines(path, n:int=15, block:int=16384) -> list:
 
 # %% ../nbs/14_monitor.ipynb #37ddd9a5
 def _mean_of(xs) -> float|None:
-    xs = [x for x in xs if _finite(x)]
+    xs = [x for x in xs if is_finite(x)]
     return sum(xs) / len(xs) if xs else None
 
 def run_summary(root, experiment:str, window:int|None=None) -> list:
@@ -203,12 +203,12 @@ def run_summary(root, experiment:str, window:int|None=None) -> list:
     exp, out = Path(root) / experiment, []
     total = planned_rounds(exp)
     for d in sorted((exp / "logs").glob("*")):
-        rows = [r for r in read_metrics(d / "metrics.jsonl") if valid_metrics_row(r)]
+        rows = [r for r in read_jsonl(d / "metrics.jsonl") if valid_metrics_row(r)]
         if not rows: continue
         k = window or max(1, min(5, len(rows) // 3))
         first, last = rows[:k], rows[-k:]
-        base = next((r["eval_base_pass1"] for r in rows if _finite(r.get("eval_base_pass1"))), None)
-        evals = [(r["round"], r["eval_pass1"]) for r in rows if _finite(r.get("eval_pass1"))]
+        base = next((r["eval_base_pass1"] for r in rows if is_finite(r.get("eval_base_pass1"))), None)
+        evals = [(r["round"], r["eval_pass1"]) for r in rows if is_finite(r.get("eval_pass1"))]
         out.append(dict(node=d.name, rounds=len(rows), total_rounds=total.get(d.name),
                         first=(first[0]["round"], first[-1]["round"]), last=(last[0]["round"], last[-1]["round"]),
                         **{f: (_mean_of(r.get(f) for r in first), _mean_of(r.get(f) for r in last)) for f in ("reward_local", "reward_train")},
@@ -225,6 +225,6 @@ def format_summary(rows:list) -> str:
     for r in rows:
         held = "off" if r["eval_round"] is None and r["eval_pass1"][0] is None else (
             pair(r["eval_pass1"]) + (f" (after round {r['eval_round'] + 1})" if r["eval_round"] is not None else ""))
-        lines.append(f"{_shown(r['node']):>10} {span(*r['first']) + ' -> ' + span(*r['last']):>17}  "
+        lines.append(f"{printable_name(r['node']):>10} {span(*r['first']) + ' -> ' + span(*r['last']):>17}  "
                      f"{pair(r['reward_local']):>14}  {pair(r['reward_train']):>14}  {held}")
     return "\n".join(lines)

@@ -13,10 +13,9 @@ from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, 
                           checkpoint_dir)
 
 # %% auto #0
-__all__ = ['read_metrics', 'LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'truncate_metrics',
-           'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint',
-           'verify_checkpoint', 'load_checkpoint', 'open_transport', 'SwarmNode', 'ResumeError', 'progress_line',
-           'sample_together']
+__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'truncate_metrics', 'NodeRunning', 'lease_path',
+           'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'verify_checkpoint', 'load_checkpoint',
+           'open_transport', 'SwarmNode', 'ResumeError', 'progress_line', 'sample_together']
 
 # %% ../nbs/07_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int) -> int:
@@ -27,10 +26,6 @@ def truncate_metrics(path, last_round:int) -> int:
             seen.add(r["round"]); keep.append(r)
     if Path(path).exists(): atomic_write(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(keep)
-
-# %% ../nbs/07_node.ipynb #07b1be43
-read_metrics = read_jsonl  # TEMPORARY
-
 
 # %% ../nbs/07_node.ipynb #91950c0a
 LEASE_HEARTBEAT = 30.0  # seconds between a holder's heartbeats
@@ -543,7 +538,7 @@ def run(self:SwarmNode, join_current:bool=False, on_round=None) -> int:
         n = 0
         while self.round < self.cfg.rounds:
             row = self.step(); n += 1
-            (on_round or self._progress)(row)
+            (on_round or self.show_progress)(row)
         return n
     finally: self.close()
 
@@ -555,7 +550,8 @@ def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
             f"I/J {row['I']}/{row['J']}  external {row['pool_selected']}/{row['pool_available']}  {s:.1f} s/round  ETA {eta:.1f} min")
 
 @patch
-def _progress(self:SwarmNode, row:dict):
+def show_progress(self:SwarmNode, row:dict):
+    "Log one progress line for `row` (the ETA from the time between this node's rows)."
     last, self._last_row_time = getattr(self, "_last_row_time", None), row["time"]
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
 

@@ -8,9 +8,10 @@ import html, json, os, re, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
 from .config import ConfigError, CHOICES, field_docs, preset
-from .node import experiment_dir, progress_line
-from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states, read_json_file,
-                           require_process_groups, stop_swarm, _key)
+from .core import experiment_dir, read_json_file
+from .node import progress_line
+from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
+                           require_process_groups, stop_swarm, swarm_key)
 from .monitor import SwarmWatcher, tail_lines
 
 # %% auto #0
@@ -213,14 +214,14 @@ def _watch(self:SwarmPanel, root, experiment:str):
     "Follow `<root>/<experiment>` from now on (a fresh watcher and an empty plot)."
     with self._lock:
         old = getattr(self, "watcher", None)
-        if old is not None and _TIMERS.get(_key(old.dir)) is self: _TIMERS.pop(_key(old.dir))
+        if old is not None and _TIMERS.get(swarm_key(old.dir)) is self: _TIMERS.pop(swarm_key(old.dir))
         self.watcher = SwarmWatcher(root, experiment, self.window)
         self.fig.data, self._traces = (), {}
         self.log_node.options = []
         if self._thread is not None:
-            other = _TIMERS.get(_key(self.watcher.dir))
+            other = _TIMERS.get(swarm_key(self.watcher.dir))
             if other is not None and other is not self: other.stop_timer()
-            _TIMERS[_key(self.watcher.dir)] = self
+            _TIMERS[swarm_key(self.watcher.dir)] = self
         self.refresh()
 
 @patch
@@ -265,9 +266,9 @@ def _update_log(self:SwarmPanel):
 def start_timer(self:SwarmPanel):
     "Refresh every `interval` seconds in a daemon thread, until `close()` (or another panel follows the folder)."
     if not self.interval or (self._thread is not None and self._thread.is_alive()): return
-    other = _TIMERS.get(_key(self.watcher.dir))
+    other = _TIMERS.get(swarm_key(self.watcher.dir))
     if other is not None and other is not self: other.stop_timer()
-    _TIMERS[_key(self.watcher.dir)] = self
+    _TIMERS[swarm_key(self.watcher.dir)] = self
     self._stop_timer.clear()
     def loop():
         while not self._stop_timer.wait(self.interval):
@@ -282,7 +283,7 @@ def stop_timer(self:SwarmPanel):
     self._stop_timer.set()
     if self._thread is not None: self._thread.join(timeout=10)
     self._thread = None
-    if _TIMERS.get(_key(self.watcher.dir)) is self: _TIMERS.pop(_key(self.watcher.dir))
+    if _TIMERS.get(swarm_key(self.watcher.dir)) is self: _TIMERS.pop(swarm_key(self.watcher.dir))
 
 @patch
 def close(self:SwarmPanel):

@@ -7,16 +7,16 @@ from __future__ import annotations
 import json, math, os, shutil, signal, socket, stat, subprocess, sys, time
 from pathlib import Path
 from fastcore.basics import patch
-from .config import SAPOConfig, ConfigError, _parse_env, _kind, valid_name
-from .node import (experiment_dir, metrics_path, read_metrics, atomic_write, progress_line, open_regular, NodeLease,
-                          NodeRunning)
+from .config import SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name
+from .core import (experiment_dir, metrics_path, read_jsonl, atomic_write, open_regular, read_json_file,
+                          valid_metrics_row, is_finite)
+from .node import progress_line, sample_together, NodeLease, NodeRunning
 
 # %% auto #0
-__all__ = ['METRICS_ROW_FIELDS', 'PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline',
-           'write_swarm_config', 'available_cores', 'thread_share', 'set_threads', 'UnsupportedPlatform',
-           'require_process_groups', 'ProcessSwarm', 'valid_metrics_row', 'read_json_file', 'read_pid_file',
-           'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'launch_swarm', 'disk_usage', 'format_bytes',
-           'remove_checkpoints']
+__all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'write_swarm_config', 'available_cores',
+           'thread_share', 'set_threads', 'UnsupportedPlatform', 'require_process_groups', 'ProcessSwarm', 'swarm_key',
+           'read_pid_file', 'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'launch_swarm',
+           'disk_usage', 'format_bytes', 'remove_checkpoints']
 
 # %% ../nbs/08_swarm.ipynb #1ea0808c
 def parse_override(text:str) -> tuple:
@@ -24,12 +24,12 @@ def parse_override(text:str) -> tuple:
     from dataclasses import fields
     node, sep, rest = text.partition(":")
     if not sep or not node: raise ConfigError(f"override: got {text!r}; allowed: NODE:field=value[,field=value...]")
-    kinds, out = {f.name: _kind(f) for f in fields(SAPOConfig)}, {}
+    kinds, out = {f.name: field_kind(f) for f in fields(SAPOConfig)}, {}
     for item in filter(None, rest.split(",")):
         k, eq, v = item.partition("=")
         k = k.strip().replace("-", "_")
         if not eq or k not in kinds: raise ConfigError(f"override {text!r}: unknown field {k!r}; known fields: {', '.join(kinds)}")
-        out[k] = _parse_env(f"override {node}", k, kinds[k], v.strip())
+        out[k] = parse_field(f"override {node}", k, kinds[k], v.strip())
     return node, out
 
 def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=()) -> list:
@@ -79,11 +79,13 @@ def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
     while True:
         active = [n for i, n in nodes.items() if i not in result and n.round < n.cfg.rounds]
         if not active: break
-        begun = [(n, guarded(n, lambda n=n: n.begin_round(n.round))) for n in active]  # every node publishes ...
+        sampled = guarded(active[0], lambda: sample_together(active, active[0].round)) if len({n.round for n in active}) == 1 else None
+        sampled = sampled or [None] * len(active)  # nodes on one shared base generate in one batch
+        begun = [(n, guarded(n, lambda n=n, s=s: n.begin_round(n.round, s))) for n, s in zip(active, sampled)]  # every node publishes ...
         for n, state in begun:                                                         # ... before any collects
             if n.cfg.node_id in result: continue
             row = guarded(n, lambda n=n, state=state: n.step(state))
-            if row is not None: n._progress(row)
+            if row is not None: n.show_progress(row)
     return {i: result.get(i, "done") for i in nodes}
 
 def write_swarm_config(cfgs:list):
@@ -149,7 +151,7 @@ class ProcessSwarm:
         try:
             while True:
                 for c in self.cfgs:
-                    rows = [r for r in read_metrics(metrics_path(c)) if valid_metrics_row(r)]
+                    rows = [r for r in read_jsonl(metrics_path(c)) if valid_metrics_row(r)]
                     for i in range(seen[c.node_id], len(rows)):
                         log(progress_line(rows[i], c.rounds, rows[i]["time"] - rows[i - 1]["time"] if i else None))
                     seen[c.node_id] = len(rows)
@@ -159,56 +161,27 @@ class ProcessSwarm:
             log("stopping the swarm..."); self.stop()
         return {i: p.returncode for i, p in self.procs.items()}
 
-# %% ../nbs/08_swarm.ipynb #b049f3f1
-_COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it
-
-def _finite(x) -> bool:
-    "A number (not a bool) that is finite as a float."
-    if isinstance(x, bool) or not isinstance(x, (int, float)): return False
-    try: return math.isfinite(x)
-    except OverflowError: return False  # an int too large for a float
-
-def _count(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < _COUNT_MAX
-def _reward(x) -> bool: return x is None or _finite(x)
-def _seconds(x) -> bool: return isinstance(x, dict) and _finite(x.get("total")) and x["total"] >= 0
-
-METRICS_ROW_FIELDS = dict(round=_count, node_id=lambda x: isinstance(x, str), I=_count, J=_count, pool_selected=_count,
-                          pool_available=_count, reward_train=_reward, seconds=_seconds, time=_finite)
-
-def valid_metrics_row(row) -> bool:
-    "Whether `row` has every field of `METRICS_ROW_FIELDS` with the right type, and every `reward_*` field is a number or None."
-    return (isinstance(row, dict) and all(k in row and ok(row[k]) for k, ok in METRICS_ROW_FIELDS.items())
-            and all(_reward(v) for k, v in row.items() if isinstance(k, str) and k.startswith("reward_")))
-
-# %% ../nbs/08_swarm.ipynb #5cd7edc2
-def read_json_file(path, limit:int=1 << 20):
-    "The JSON value in regular file `path` if the file has at most `limit` bytes and parses, else None."
-    f = open_regular(path)
-    if f is None: return None
-    with f: data = f.read(limit + 1)
-    if len(data) > limit: return None
-    try: return json.loads(data)
-    except (ValueError, RecursionError): return None
-
 # %% ../nbs/08_swarm.ipynb #a8b73dd2
 PID_FILE = "panel_pids.json"  # the name it had when only the panel wrote it: run folders written then are still read
 _SWARMS = {}  # resolved experiment folder -> the ProcessSwarm this Python process started there
 
-def _key(exp) -> str: return str(Path(exp).resolve())
+def swarm_key(exp) -> str:
+    "The key of an experiment folder in this process's registries: its resolved path."
+    return str(Path(exp).resolve())
 
 _PID_MAX = 2**31 - 1  # pid_t is 32 bits; 0, -1 and other negative "pids" name whole process groups to kill()
 
 def _pid_entry(e) -> bool:
     "Whether `e` is {pid: int > 1, create_time: finite number}; pid 1 is init."
     return (isinstance(e, dict) and isinstance(e.get("pid"), int) and not isinstance(e["pid"], bool)
-            and 1 < e["pid"] <= _PID_MAX and _finite(e.get("create_time")))
+            and 1 < e["pid"] <= _PID_MAX and is_finite(e.get("create_time")))
 
 def read_pid_file(exp) -> dict:
     "The `panel_pids.json` of `exp`: {'host', 'launched_at', 'nodes': {node: {pid, create_time}}}; malformed entries left out."
     d = read_json_file(Path(exp) / PID_FILE, limit=1 << 20)
     if not isinstance(d, dict) or not isinstance(d.get("host"), str) or not isinstance(d.get("nodes"), dict): return {}
     nodes = {n: dict(pid=e["pid"], create_time=e["create_time"]) for n, e in d["nodes"].items() if valid_name(n) and _pid_entry(e)}
-    return dict(host=d["host"], launched_at=d.get("launched_at") if _finite(d.get("launched_at")) else None, nodes=nodes)
+    return dict(host=d["host"], launched_at=d.get("launched_at") if is_finite(d.get("launched_at")) else None, nodes=nodes)
 
 def _node_config(exp, node:str) -> Path: return Path(exp) / "logs" / node / "config.json"
 
@@ -232,7 +205,7 @@ def node_processes(exp, info:dict|None=None) -> dict:
     "{node: process handle} for the nodes of `exp`'s pid file (or of `info`, read from it already) on this host; {} for another host's."
     info = read_pid_file(exp) if info is None else info
     if not info or info["host"] != socket.gethostname(): return {}
-    swarm, out = _SWARMS.get(_key(exp)), {}
+    swarm, out = _SWARMS.get(swarm_key(exp)), {}
     for node, e in info["nodes"].items():
         proc = swarm.procs.get(node) if swarm is not None else None
         out[node] = proc if proc is not None and proc.pid == e["pid"] else _Recorded(e["pid"], e["create_time"], _node_config(exp, node))
@@ -249,7 +222,7 @@ def _record(self:ProcessSwarm):
     "Register this swarm in `_SWARMS` and write the pid file of its folder."
     import psutil
     exp = experiment_dir(self.cfgs[0])
-    _SWARMS[_key(exp)] = self
+    _SWARMS[swarm_key(exp)] = self
     nodes = {}
     for node, p in self.procs.items():
         try: ct = psutil.Process(p.pid).create_time()
@@ -300,8 +273,6 @@ def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
     return ProcessSwarm(cfgs, threads).start()
 
 # %% ../nbs/08_swarm.ipynb #5c783340
-def _shown(name:str) -> str: return name if valid_name(name) else ascii(name)
-
 def disk_usage(path) -> int:
     "Bytes in the regular files under `path` (links are neither followed nor counted); 0 when there is nothing."
     total = 0
@@ -324,7 +295,7 @@ def remove_checkpoints(root, experiment:str, log=print) -> dict:
     if ck.is_symlink() or not ck.is_dir(): return freed
     for d in sorted(ck.iterdir()):
         if d.is_symlink() or not d.is_dir() or not valid_name(d.name):
-            log(f"{_shown(d.name)}: left in place (not a node's checkpoint folder)"); continue
+            log(f"{printable_name(d.name)}: left in place (not a node's checkpoint folder)"); continue
         try: lease = NodeLease(SAPOConfig(root=str(root), experiment=experiment, node_id=d.name)).acquire()
         except NodeRunning as e: log(f"{d.name}: checkpoints kept, the node runs: {e}"); continue
         try:

@@ -15,8 +15,8 @@ from sapo_nb import node as node_module, panel
 from sapo_nb.monitor import SwarmWatcher, swarm_status, format_status
 from sapo_nb.cli import main
 from sapo_nb.config import SAPOConfig
-from sapo_nb.node import (SwarmNode, NodeLease, CheckpointError, checkpoint_dir, metrics_path, read_metrics,
-                          save_checkpoint)
+from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
+from sapo_nb.node import SwarmNode, NodeLease, CheckpointError, save_checkpoint
 from sapo_nb.swarm import ProcessSwarm, UnsupportedPlatform, node_configs, stop_swarm, thread_share, set_threads
 from sapo_nb.transport import MemoryTransport
 
@@ -67,7 +67,7 @@ def test_resume_after_keep_one_is_exact(tmp_path):
     a = run_node(straight)
     run_node(stopped)
     b = run_node(stopped.replace(rounds=5))
-    assert [r["round"] for r in read_metrics(metrics_path(stopped))] == list(range(5))
+    assert [r["round"] for r in read_jsonl(metrics_path(stopped))] == list(range(5))
     for (name, x), (_, y) in zip(a.policy.model.state_dict().items(), b.policy.model.state_dict().items()):
         assert torch.equal(x, y), name
 
@@ -107,8 +107,8 @@ def test_finished_swarm_removes_its_checkpoints(tmp_path):
     assert code == 0, err
     exp = tmp_path / "sapo"
     assert not (exp / "checkpoints").exists()
-    assert [len(read_metrics(exp / "logs" / n / "metrics.jsonl")) for n in ("node-0", "node-1")] == [3, 3]
-    assert re.search(rf"disk: [\d.]+ [kMG]?B under {re.escape(str(exp))} at the end of the run; checkpoints removed \([\d.]+ kB\)", out), out
+    assert [len(read_jsonl(exp / "logs" / n / "metrics.jsonl")) for n in ("node-0", "node-1")] == [3, 3]
+    assert re.search(rf"disk: [\d.]+ [kMG]?B under {re.escape(str(exp))} at the end of the run; checkpoints removed \([\d.]+ [kM]B\)", out), out
     assert "--keep-checkpoints keeps them" in out
 
 
@@ -135,8 +135,8 @@ def test_clean_frees_checkpoints_and_keeps_metrics(tmp_path):
     code, out, _ = sapo("clean", "--root", str(tmp_path), "--experiment", "sapo")
     assert code == 0
     assert not (tmp_path / "sapo" / "checkpoints").exists()
-    assert len(read_metrics(tmp_path / "sapo" / "logs" / "node-0" / "metrics.jsonl")) == 3
-    assert re.search(r"node-0: [\d.]+ kB of checkpoints removed", out) and re.search(r"freed [\d.]+ kB; [\d.]+ kB left under", out), out
+    assert len(read_jsonl(tmp_path / "sapo" / "logs" / "node-0" / "metrics.jsonl")) == 3
+    assert re.search(r"node-0: [\d.]+ [kM]B of checkpoints removed", out) and re.search(r"freed [\d.]+ [kM]B; [\d.]+ [kM]?B left under", out), out
     assert sapo("clean", "--root", str(tmp_path), "--experiment", "nothing")[0] == 2
 
 

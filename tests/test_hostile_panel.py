@@ -64,7 +64,7 @@ def plant(exp, nodes, host=None):
 # --- malformed metrics rows ---------------------------------------------------------------------------------------
 
 def test_valid_metrics_row_rules():
-    from sapo_nb.swarm import valid_metrics_row
+    from sapo_nb.core import valid_metrics_row
     assert valid_metrics_row(row()) and valid_metrics_row(row(reward=None))
     for bad in MALFORMED + [None, [row()], "row", row(pool_available=10**400), row(time=10**400), row(round=True)]:
         assert not valid_metrics_row(bad), bad
