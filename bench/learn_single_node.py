@@ -5,7 +5,7 @@ the first-10 vs last-10 rounds' means with bootstrap 95% intervals, seconds per 
 generation tokens/s. Writes everything to bench/results/learn_single_node.json.
 
     python bench/learn_single_node.py [--rounds 40] [--questions 4] [--G 4] [--lr 1e-5] [--seed 0]
-    python bench/learn_single_node.py --adapter lora --rank 16 --lr 1e-4 --out bench/results/learn_single_node_lora.json
+    python bench/learn_single_node.py --adapter lora --rank 4 --lr 1e-4 --out bench/results/learn_single_node_lora.json
 
 Held-out greedy pass@1 is measured before the first update and after the last (`--eval-questions`, 0: none).
 """
@@ -32,7 +32,7 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--adapter", default="none", choices=["none", "lora"]); p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--adapter", default="none", choices=["none", "lora"]); p.add_argument("--rank", type=int, default=4)
     p.add_argument("--eval-questions", type=int, default=64)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "learn_single_node.json"))
     a = p.parse_args(argv)

@@ -48,7 +48,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2-135m"); p.add_argument("--device", default="cpu")
     p.add_argument("--nodes", type=int, default=8); p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--rank", type=int, default=16); p.add_argument("--lora-lr", type=float, default=1e-4)
+    p.add_argument("--rank", type=int, default=4); p.add_argument("--lora-lr", type=float, default=1e-4)
     p.add_argument("--out", default="bench/results/shared_base_cpu.json"); p.add_argument("--variant", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.variant: return worker(a)

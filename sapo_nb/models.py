@@ -8,7 +8,7 @@ import importlib.util, json, os, shutil, socket, string, subprocess, sys, tempfi
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-from .config import valid_device
+from .config import SAPOConfig, valid_device
 
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
@@ -505,8 +505,8 @@ class AdapterPolicy:
 # %% ../nbs/04_models.ipynb #93b0907b
 def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` takes it
                 adapter:str,                # this node's adapter name (its node id): unique in the process
-                *, rank:int=16, alpha:float=32.0, dropout:float=0.0,
-                targets=("all-linear",),    # 'all-linear' or module names
+                *, rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha, dropout:float=SAPOConfig.lora_dropout,
+                targets=SAPOConfig.lora_targets, # 'all-linear' or module names
                 seed:int=0,                 # draws the adapter's initial A matrices
                 device:str="auto", dtype:str|Any="auto", compute_dtype:str|Any="auto", cache_dir=None,
                ) -> AdapterPolicy:
