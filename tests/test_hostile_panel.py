@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from sapo_nb import swarm
+from sapo_nb.core import RoundMetrics
 from sapo_nb.monitor import MetricsReader, SwarmWatcher, format_status, swarm_status, tail_lines
 from sapo_nb.panel import SwarmPanel, status_html
 from sapo_nb.swarm import PID_FILE, process_states, read_pid_file, stop_swarm
@@ -20,10 +21,10 @@ XSS = "<img src=x onerror=alert(1)>"
 
 
 def row(node="node-0", r=0, reward=0.5, t=1000.0, spr=2.0, **kw):
-    "A metrics row with the fields a node writes that the readers use."
-    return {"round": r, "node_id": node, "I": 2, "J": 2, "G": 4, "reward_local": reward, "reward_external": None,
-            "reward_train": reward, "pool_selected": 1, "pool_available": 2, "seconds": {"train": 1.0, "total": spr},
-            "time": t + r * spr, **kw}
+    "A metrics row as a node writes it (`core.RoundMetrics`), with `kw` written over it as is (a hostile file's values)."
+    good = RoundMetrics(round=r, node_id=node, I=2, J=2, G=4, reward_local=reward, reward_train=reward, pool_selected=1,
+                        pool_available=2, seconds={"train": 1.0, "total": spr}, time=t + r * spr).to_row()
+    return {**good, **kw}
 
 
 MALFORMED = [  # each one of these crashed `sapo status` or the panel when it was a node's newest row
