@@ -277,7 +277,7 @@ FORK_ENV = dict(NUM_TRAIN_SAMPLES="local_questions", NUM_TRANSPLANT_TREES="exter
                 NODE_ID="node_id", EXPERIMENT_NAME="experiment", GDRIVE_PATH="root")
 
 def parse_field(var, name, kind, text):
-    "Parse an environment string by the field's type."
+    "Parse a field's value from text (an environment variable or a command-line flag, named `var` in errors) by the field's type."
     try:
         if kind is bool:
             if text.strip().lower() in ("1", "true", "yes", "on"): return True

@@ -184,6 +184,7 @@ _LOOP_PROBLEMS = {}  # model class -> `_loop_internals_problem`, checked once pe
 
 def decode_loop_problem(model) -> str|None:
     "Why `decode_completions` cannot run `model` (its shape, or the transformers internals it reads); None if it can."
+    if hasattr(model, "peft_config"): return "it carries adapters (peft), whose layers the loop would read around"
     if not supports_decode_loop(model): return f"model type {getattr(model.config, 'model_type', None)!r} is not one of {DECODE_LOOP_MODELS} with full attention"
     if type(model) not in _LOOP_PROBLEMS: _LOOP_PROBLEMS[type(model)] = _loop_internals_problem(model)
     return _LOOP_PROBLEMS[type(model)]
@@ -364,14 +365,12 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
             if use == "loop":
                 new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
                                          token_picker(temperature, top_p, uniforms), eos, pad)
-            elif uniforms is None and adapters is None:
-                new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G,
-                                   sampling_config(max_new_tokens, temperature, top_p, eos, pad))
-            else:  # the per-row draws as a processor after the warpers; generate then takes the one finite token
+            else:  # per-row draws, when asked for, run as a processor after the warpers: generate then takes the one finite token
                 procs = None if uniforms is None else [*sampling_processors(temperature, top_p), InverseCDFSampler(uniforms=uniforms.to(model.device))]
-                new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G,
-                                   sampling_config(max_new_tokens, 0, 1.0, eos, pad), prefill=adapters is None,
-                                   logits_processor=procs, adapter_names=None if adapters is None else [a for a in adapters for _ in range(G)])
+                config = sampling_config(max_new_tokens, 0, 1.0, eos, pad) if procs else sampling_config(max_new_tokens, temperature, top_p, eos, pad)
+                rows = {} if adapters is None else dict(adapter_names=[a for a in adapters for _ in range(G)])  # prompts through their own adapters
+                new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G, config, prefill=adapters is None,
+                                   logits_processor=procs, **rows)
     finally:
         if was_training: model.train()
     return completions_from_ids(tokenizer, new, eos, G, max_new_tokens, time.perf_counter() - t0, use)

@@ -8,7 +8,7 @@ import json, os, time
 from collections import deque
 from pathlib import Path
 from .config import printable_name
-from .core import COUNT_MAX, is_finite, open_regular, read_json_file, read_jsonl, valid_metrics_row
+from .core import is_count, is_finite, open_regular, read_json_file, read_jsonl, valid_metrics_row
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node_state', 'node_status', 'swarm_status',
@@ -16,7 +16,7 @@ __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node
            'run_summary', 'format_summary']
 
 # %% ../nbs/14_monitor.ipynb #5cd7edc2
-def _run_length(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < COUNT_MAX
+def _run_length(x) -> bool: return is_count(x) and x >= 1
 
 def planned_rounds(exp) -> dict:
     "{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`; entries of the wrong shape left out."
