@@ -4,15 +4,17 @@
 
 # %% ../nbs/05_generation.ipynb #a5af6dd9
 from __future__ import annotations
-import math, time, warnings
+import math, time, warnings, weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 # %% auto #0
-__all__ = ['DECODE_LOOP_MODELS', 'BACKENDS', 'Completions', 'eos_ids', 'encode_prompts', 'completions_from_ids',
-           'accepts_argument', 'prompt_cache', 'prefill_prompts', 'sampling_config', 'sampling_processors',
-           'generate_ids', 'InverseCDFSampler', 'row_uniforms', 'supports_decode_loop', 'decode_loop_problem',
-           'fused_linear', 'decode_linears', 'decode_step', 'decode_completions', 'token_picker', 'choose_backend',
-           'generate_completions']
+__all__ = ['DECODE_LOOP_MODELS', 'DECODE_LOOP_LINEARS', 'BACKENDS', 'Completions', 'eos_ids', 'encode_prompts',
+           'completions_from_ids', 'accepts_argument', 'prompt_cache', 'prefill_prompts', 'sampling_config',
+           'sampling_processors', 'generate_ids', 'InverseCDFSampler', 'row_uniforms', 'unwrap_adapters',
+           'supports_decode_loop', 'adapter_problem', 'decode_loop_problem', 'stacked_linear', 'low_rank_update',
+           'fused_linear', 'decode_linears', 'decode_step', 'adapters_by_row', 'decode_completions', 'token_picker',
+           'choose_backend', 'generate_completions']
 
 # %% ../nbs/05_generation.ipynb #ae49206f
 def _torch():
@@ -77,6 +79,7 @@ def prefill_prompts(model, input_ids, attention_mask, G:int):
     cache = prompt_cache(model, input_ids[:, :-1], attention_mask[:, :-1])
     if cache is not None: cache.batch_repeat_interleave(G)
     return cache
+
 
 # %% ../nbs/05_generation.ipynb #c2dc8df2
 def sampling_config(max_new_tokens:int, temperature:float=1.0, top_p:float=1.0, eos:set|None=None, pad_token_id:int|None=None):
@@ -146,13 +149,29 @@ def row_uniforms(seeds:list, G:int, steps:int):
 
 # %% ../nbs/05_generation.ipynb #9b4d0977
 DECODE_LOOP_MODELS = ("llama", "qwen2", "qwen3")  # decoder layers shaped as Llama's: norm, attention, norm, MLP
+DECODE_LOOP_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")  # what the loop multiplies by
+
+def unwrap_adapters(model):
+    "The transformers model inside a peft model (whose linear layers carry the adapters); `model` itself otherwise."
+    return model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
 
 def supports_decode_loop(model) -> bool:
-    "True if `model` is the shape `decode_completions` runs: a decoder of Llama-shaped layers with full attention in every layer."
-    if hasattr(model, "peft_config"): return False  # adapters (LoRA) wrap the linear layers whose weights the loop reads directly
-    c = getattr(model, "config", None)
+    "True if `model` (or the model under its adapters) is the shape `decode_completions` runs: a decoder of Llama-shaped layers with full attention in every layer."
+    c = getattr(unwrap_adapters(model), "config", None)
     if getattr(c, "model_type", None) not in DECODE_LOOP_MODELS: return False
     return all(t == "full_attention" for t in (getattr(c, "layer_types", None) or []))
+
+def adapter_problem(model) -> str|None:
+    "Why the loop cannot run `model`'s adapters (it adds plain LoRA updates to the linears it multiplies by); None if it can, or if there are none."
+    if not hasattr(model, "peft_config"): return None
+    kinds = {str(getattr(c, "peft_type", "")).split(".")[-1] for c in model.peft_config.values()}
+    if kinds != {"LORA"}: return f"its adapters are {', '.join(sorted(kinds))}, not LoRA alone"
+    for name, m in unwrap_adapters(model).named_modules():
+        if not (len(getattr(m, "lora_A", ())) or len(getattr(m, "lora_embedding_A", ()))): continue  # no adapter here (or no more)
+        if name.split(".")[-1] not in DECODE_LOOP_LINEARS: return f"it has a LoRA adapter on {name}, a module the loop does not multiply by"
+        if any(m.use_dora.values()): return f"{name} is a DoRA layer"
+        if m.merged or m.disable_adapters: return f"the adapters of {name} are {'merged' if m.merged else 'disabled'}"
+    return None
 
 _LOOP_NEEDS = dict(decoder=("embed_tokens", "rotary_emb", "norm", "layers"), layer=("input_layernorm", "self_attn",
                    "post_attention_layernorm", "mlp"), attention=("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling"),
@@ -183,8 +202,10 @@ def _loop_internals_problem(model) -> str|None:
 _LOOP_PROBLEMS = {}  # model class -> `_loop_internals_problem`, checked once per process
 
 def decode_loop_problem(model) -> str|None:
-    "Why `decode_completions` cannot run `model` (its shape, or the transformers internals it reads); None if it can."
-    if hasattr(model, "peft_config"): return "it carries adapters (peft), whose layers the loop would read around"
+    "Why `decode_completions` cannot run `model` (its shape, its adapters, or the transformers internals it reads); None if it can."
+    problem = adapter_problem(model)
+    if problem is not None: return problem
+    model = unwrap_adapters(model)
     if not supports_decode_loop(model): return f"model type {getattr(model.config, 'model_type', None)!r} is not one of {DECODE_LOOP_MODELS} with full attention"
     if type(model) not in _LOOP_PROBLEMS: _LOOP_PROBLEMS[type(model)] = _loop_internals_problem(model)
     return _LOOP_PROBLEMS[type(model)]
@@ -206,7 +227,7 @@ def _pack_works(dtype) -> bool:
 
 _PACK_WORKS = {}  # dtype -> `_pack_works(dtype)`, probed once per process
 
-def fused_linear(*linears, pack:bool=True):
+def stacked_linear(*linears, pack:bool=True):
     '''One function `x -> cat([l(x) for l in linears], -1)` for `nn.Linear` modules taking the same input: their weights
     stacked into one matmul (in the autocast dtype under autocast) and, on a CPU where oneDNN takes the dtype (and
     `pack`), packed once into its layout.'''
@@ -223,17 +244,67 @@ def fused_linear(*linears, pack:bool=True):
             return lambda x: ops._linear_pointwise(x.to(dt), packed, b, "none", [None], "")  # autocast's cast of the input
     return lambda x: torch.nn.functional.linear(x, w, b)
 
-def decode_linears(model, pack:bool=True) -> tuple:
-    "The matmuls of `decode_step`: per layer `(qkv, o, gate_up, down)` (see `fused_linear`), and the output head."
-    layers = [(fused_linear(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, pack=pack), fused_linear(l.self_attn.o_proj, pack=pack),
-               fused_linear(l.mlp.gate_proj, l.mlp.up_proj, pack=pack), fused_linear(l.mlp.down_proj, pack=pack)) for l in model.model.layers]
-    return layers, fused_linear(model.lm_head, pack=pack)
+
+# %% ../nbs/05_generation.ipynb #a1fccae8
+def low_rank_update(linears, adapters:list):
+    '''`(x, who) -> [B, ..., out]`: the LoRA updates of `linears` (peft LoRA layers or plain linears, all taking `x`
+    `[B, ..., in]`), stacked as `fused_linear` stacks their outputs, row b through adapter `adapters[who[b]]`; None if
+    none of them carries one of `adapters`.'''
+    torch = _torch()
+    F = torch.nn.functional
+    outs = [getattr(l, "base_layer", l).out_features for l in linears]
+    A, B, owner, start = [], [], [], 0
+    for l, n in zip(linears, outs):
+        for k, name in enumerate(adapters):
+            if name not in getattr(l, "lora_A", {}): continue
+            a, b = l.lora_A[name].weight, l.lora_B[name].weight * l.scaling[name]
+            placed = b.new_zeros(sum(outs), b.shape[1]); placed[start:start + n] = b  # B at its linear's output columns
+            A.append(a); B.append(placed); owner += [k] * a.shape[0]
+        start += n
+    if not A: return None
+    A, B, dev = torch.cat(A), torch.cat(B, 1), A[0].device
+    if torch.is_autocast_enabled(dev.type): A, B = A.to(torch.get_autocast_dtype(dev.type)), B.to(torch.get_autocast_dtype(dev.type))
+    owner = torch.tensor(owner, device=dev)  # which adapter each of A's rows belongs to
+    def update(x, who):  # every adapter's A at once; each row keeps its own adapter's part
+        keep = (who[:, None] == owner).view(len(who), *[1] * (x.dim() - 2), len(owner))
+        return F.linear(F.linear(x, A) * keep, B)
+    return update
+
+def fused_linear(*linears, pack:bool=True, adapters:list|None=None, stacked=None):
+    '''One function `(x, who=None) -> cat([l(x) for l in linears], -1)`: `stacked_linear` of the linears (of their base
+    layers, for linears carrying LoRA adapters, peft's), plus for row b the update of adapter `adapters[who[b]]`
+    (`low_rank_update`). `stacked`: that `stacked_linear`, when already built.'''
+    plain = stacked or stacked_linear(*[getattr(l, "base_layer", l) for l in linears], pack=pack)
+    update = low_rank_update(linears, adapters) if adapters else None
+    if update is None: return lambda x, who=None: plain(x)
+    return lambda x, who: plain(x) + update(x, who)
+
+_FROZEN_BASES = weakref.WeakKeyDictionary()  # model -> (its weights' identity and versions, their `stacked_linear`s)
+
+def decode_linears(model, pack:bool=True, adapters:list|None=None) -> tuple:
+    '''The matmuls of `decode_step`: per layer `(qkv, o, gate_up, down)` (see `fused_linear`), and the output head. With
+    `adapters`, the frozen base's stacked and packed weights are kept for the next call, until any of them changes.'''
+    torch = _torch()
+    groups = [g for l in model.model.layers for g in ((l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj), (l.self_attn.o_proj,),
+                                                      (l.mlp.gate_proj, l.mlp.up_proj), (l.mlp.down_proj,))] + [(model.lm_head,)]
+    bases = [[getattr(l, "base_layer", l) for l in g] for g in groups]
+    weights = [t for g in bases for l in g for t in (l.weight, l.bias) if t is not None]
+    dev = weights[0].device.type
+    key = (pack, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None, [(id(t), t._version) for t in weights])
+    keep = bool(adapters) and not any(t.requires_grad for t in weights)  # a frozen base under adapters: it changes rarely, if ever
+    kept = _FROZEN_BASES.get(model) if keep else None
+    stacked = kept[1] if kept is not None and kept[0] == key else [stacked_linear(*g, pack=pack) for g in bases]
+    if keep: _FROZEN_BASES[model] = (key, stacked)
+    fs = [fused_linear(*g, adapters=adapters, stacked=s) for g, s in zip(groups, stacked)]
+    return [tuple(fs[i:i + 4]) for i in range(0, len(fs) - 1, 4)], fs[-1]
+
 
 # %% ../nbs/05_generation.ipynb #38e7041a
-def decode_step(model, linears, tokens, positions, cache:list, t:int, valid):
+def decode_step(model, linears, tokens, positions, cache:list, t:int, valid, who=None):
     '''Next-token logits `[B, vocab]` after `tokens` `[B]` at `positions` `[B]`, with `linears` from `decode_linears(model)`,
     writing each layer's key and value into column `t` of its `(keys, values)` buffers in `cache`
-    (`[B, kv_heads, length, head_dim]` each) and attending to columns `:t+1` where `valid` `[B, 1, 1, t+1]` is True.'''
+    (`[B, kv_heads, length, head_dim]` each) and attending to columns `:t+1` where `valid` `[B, 1, 1, t+1]` is True; row b runs through adapter `who[b]` (see
+    `fused_linear`) when the linears carry adapters.'''
     import importlib
     F = _torch().nn.functional
     inner, (layer_linears, head) = model.model, linears
@@ -243,7 +314,7 @@ def decode_step(model, linears, tokens, positions, cache:list, t:int, valid):
     B = x.shape[0]
     for layer, (K, V), (qkv, o_proj, gate_up, down) in zip(inner.layers, cache, layer_linears, strict=True):
         a = layer.self_attn
-        q, k, v = qkv(layer.input_layernorm(x)).split([a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features], -1)
+        q, k, v = qkv(layer.input_layernorm(x), who).split([a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features], -1)
         q, k, v = (y.view(B, 1, -1, a.head_dim) for y in (q, k, v))
         if hasattr(a, "q_norm"): q, k = a.q_norm(q), a.k_norm(k)  # Qwen3 normalises each head
         q, k = rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
@@ -251,10 +322,10 @@ def decode_step(model, linears, tokens, positions, cache:list, t:int, valid):
         # the query heads that share a key/value head, as one block of queries: [B, kv_heads, heads per kv head, head_dim]
         o = F.scaled_dot_product_attention(q.reshape(B, K.shape[1], -1, a.head_dim), K[:, :, :t + 1], V[:, :, :t + 1],
                                            attn_mask=valid, scale=a.scaling)
-        x = x + o_proj(o.reshape(B, -1))
-        gate, up = gate_up(layer.post_attention_layernorm(x)).chunk(2, -1)
-        x = x + down(layer.mlp.act_fn(gate) * up)
-    return head(inner.norm(x))
+        x = x + o_proj(o.reshape(B, -1), who)
+        gate, up = gate_up(layer.post_attention_layernorm(x), who).chunk(2, -1)
+        x = x + down(layer.mlp.act_fn(gate) * up, who)
+    return head(inner.norm(x), who)
 
 # %% ../nbs/05_generation.ipynb #c3b9c57f
 def _cache_buffers(model, prefilled, B:int, T:int, L:int, dtype, device) -> list:
@@ -269,23 +340,48 @@ def _cache_buffers(model, prefilled, B:int, T:int, L:int, dtype, device) -> list
         cache.append((K, V))
     return cache
 
+@contextmanager
+def adapters_by_row(model, adapters:list|None, who):
+    "Within, peft `model` runs row b of every input through its LoRA adapter `adapters[who[b]]` (`low_rank_update`), and no other; nothing changes without `adapters`."
+    if not adapters: yield model; return
+    hooks = []
+    try:
+        with model.disable_adapter():  # the base alone; each LoRA layer's hook adds its rows' updates
+            for m in unwrap_adapters(model).modules():
+                update = low_rank_update([m], adapters) if hasattr(m, "lora_A") else None
+                if update is not None: hooks.append(m.register_forward_hook(lambda _, args, out, update=update: out + update(args[0], who)))
+            yield model
+    finally:
+        for h in hooks: h.remove()
+
 def decode_completions(model, input_ids, attention_mask,  # left-padded prompts [P, T]
                        G:int, max_new_tokens:int,
                        draw,                               # (logits [B, vocab], output rows [B], step) -> token ids [B] (`token_picker`)
                        eos:set, pad_token_id:int,
                        compact:float=0.75,                 # drop ended rows once at most this share of the batch decodes
                        pack:bool=True,                     # pack the weights for the CPU's matmul kernel (`decode_linears`)
+                       adapters:list|None=None,            # a peft model's LoRA adapter for each prompt (None: its active adapter)
                       ):
     '''New token ids `[P*G, n]` for `G` completions of each prompt (row `p*G + g`), padded after each row's EOS with
     `pad_token_id`, as `generate` returns them; `n` is the longest completion. See `decode_loop_problem`.'''
     torch = _torch()
     dev, (P, T), B = input_ids.device, input_ids.shape, input_ids.shape[0] * G
+    net = unwrap_adapters(model)
+    if net is not model:  # one batch, each prompt through its own adapter
+        adapters = list(adapters) if adapters is not None else [model.active_adapter] * P
+        if len(adapters) != P: raise ValueError(f"adapters: got {len(adapters)} for {P} prompts")
+        names = list(dict.fromkeys(adapters))
+        who = torch.tensor([names.index(a) for a in adapters], device=dev)
+    elif adapters is not None: raise ValueError("adapters: the model carries none (it is not a peft model)")
+    else: names = who = None
     L = T + max_new_tokens - 1  # cache columns: the prompt, and every generated token but the last
-    prefilled = prefill_prompts(model, input_ids, attention_mask, G)  # columns :T-1, repeated G times
-    dtype = prefilled.layers[0].keys.dtype if prefilled is not None else model.lm_head.weight.dtype
-    cache = _cache_buffers(model, prefilled, B, T, L, dtype, dev)
+    with adapters_by_row(model, names, who):
+        prefilled = prefill_prompts(model, input_ids, attention_mask, G)  # columns :T-1, repeated G times
+    who = None if who is None else who.repeat_interleave(G)
+    dtype = prefilled.layers[0].keys.dtype if prefilled is not None else net.get_input_embeddings().weight.dtype
+    cache = _cache_buffers(net, prefilled, B, T, L, dtype, dev)
     del prefilled
-    linears = decode_linears(model, pack)
+    linears = decode_linears(net, pack, names)
     valid = torch.zeros(B, 1, 1, L, dtype=torch.bool, device=dev)
     valid[:, 0, 0, :T] = attention_mask.bool().repeat_interleave(G, 0)
     positions = attention_mask.sum(-1).repeat_interleave(G, 0) - 1  # of each row's last prompt token
@@ -296,7 +392,7 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
     eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=dev)
     for i in range(max_new_tokens):
         t = T - 1 + i
-        tokens = torch.where(alive, draw(decode_step(model, linears, tokens, positions, cache, t, valid[..., :t + 1]), rows, i), pad_token_id)
+        tokens = torch.where(alive, draw(decode_step(net, linears, tokens, positions, cache, t, valid[..., :t + 1], who), rows, i), pad_token_id)
         out[rows, i] = tokens
         alive &= ~torch.isin(tokens, eos_ids)
         if i + 1 == max_new_tokens or not bool(alive.any()): break
@@ -305,6 +401,7 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
         if alive.sum() <= compact * len(rows):  # drop the ended rows: the batch shrinks as completions end
             keep = alive.nonzero()[:, 0]
             rows, tokens, positions, valid, alive = rows[keep], tokens[keep], positions[keep], valid[keep], alive[keep]
+            who = None if who is None else who[keep]
             cache = [(K[keep], V[keep]) for K, V in cache]
     return out[:, :i + 1]
 
@@ -364,7 +461,7 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
         with torch.no_grad(), compute_context(model, compute_dtype):
             if use == "loop":
                 new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
-                                         token_picker(temperature, top_p, uniforms), eos, pad)
+                                         token_picker(temperature, top_p, uniforms), eos, pad, adapters=adapters)
             else:  # per-row draws, when asked for, run as a processor after the warpers: generate then takes the one finite token
                 procs = None if uniforms is None else [*sampling_processors(temperature, top_p), InverseCDFSampler(uniforms=uniforms.to(model.device))]
                 config = sampling_config(max_new_tokens, 0, 1.0, eos, pad) if procs else sampling_config(max_new_tokens, temperature, top_p, eos, pad)

