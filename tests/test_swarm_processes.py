@@ -106,3 +106,54 @@ def test_import_is_fast():
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import sapo_nb, sapo_nb.config, sapo_nb.cli"], check=True)
     assert time.perf_counter() - t < 2.0
+
+
+LORA = ["--adapter", "lora", "--lora-rank", "4", "--nodes", "4", "--mode", "inline"]
+
+def start_swarm(root, rounds, *extra):
+    return subprocess.Popen([sys.executable, "-c", "from sapo_nb.cli import main; raise SystemExit(main())", "swarm",
+                             *TINY, *LORA, "--root", str(root), "--rounds", str(rounds), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+def test_lora_swarm_kill9_resume(tmp_path):
+    "Four LoRA nodes on one shared base in one process, killed with -9 mid-run: the same command resumes every node from its adapter checkpoint."
+    swarm = start_swarm(tmp_path, 10, "--checkpoint-every", "3")
+    wait_for_rounds(tmp_path, "node-3", 5, swarm)
+    time.sleep(0.1)
+    swarm.send_signal(signal.SIGKILL); swarm.wait()
+    nodes = ("node-0", "node-1", "node-2", "node-3")
+    saved = {n: sorted((tmp_path / "sapo" / "checkpoints" / n).glob("round_*/complete")) for n in nodes}
+    assert all(saved.values()), saved  # each node had saved at least once before the kill
+    for n in nodes:
+        size = sum(f.stat().st_size for f in saved[n][-1].parent.iterdir())
+        assert size < 200_000, size  # the adapter and its optimizer state, not the base
+    again = start_swarm(tmp_path, 10, "--checkpoint-every", "3")
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    assert out.count("resumed from the checkpoint") >= 4, out
+    for n in nodes:
+        assert rounds_of(tmp_path, n) == list(range(10)), n  # one row per round: nothing lost, nothing twice
+        assert not list((tmp_path / "sapo" / "checkpoints").glob(f"{n}/.tmp*"))
+
+def test_lora_swarm_survives_malicious_peer(tmp_path):
+    "The pool attack of `test_malicious_peer` against four LoRA nodes sharing one base: every node finishes and rejects it."
+    swarm = start_swarm(tmp_path, 8, "--max-staleness", "1")
+    pool = tmp_path / "sapo" / "rollouts"
+    deadline, r = time.monotonic() + 180, 0
+    while swarm.poll() is None and time.monotonic() < deadline:
+        d = pool / f"round_{r}"; d.mkdir(parents=True, exist_ok=True)
+        (d / "junk.json").write_bytes(os.urandom(200))
+        (d / "huge.json").write_bytes(b'{"schema": 1, "pad": "' + b"x" * 9_000_000 + b'"}')
+        (d / "..evil.json").write_text("{}")
+        (d / "nan.json").write_text('{"schema": 1, "round": %d, "node_id": "nan", "model": "m", "created_at": 1.0, "G": 3, '
+                                    '"groups": [{"question": "q", "answer": "1", "metadata": {}, '
+                                    '"completions": ["a", "b", "c"], "rewards": [NaN, 0, 1]}]}' % r)
+        r = max(r, len(rounds_of(tmp_path, "node-0")))
+        time.sleep(0.05)
+    out, _ = swarm.communicate(timeout=120)
+    assert swarm.returncode == 0, out
+    for n in ("node-0", "node-1", "node-2", "node-3"):
+        rows = [json.loads(l) for l in (tmp_path / "sapo" / "logs" / n / "metrics.jsonl").read_text().splitlines()]
+        assert [x["round"] for x in rows] == list(range(8))
+        assert rows[-1]["pool_rejected"] >= 3  # the junk was seen and refused
+        assert sum(x["pool_selected"] for x in rows) > 0  # while the honest peers' groups were used
