@@ -53,6 +53,16 @@ def test_kill9_resume(tmp_path, kill_after):
     assert sorted(p.name for p in ck.glob("round_*")) == ["round_11"]  # one checkpoint per node
     assert all((p / "complete").exists() for p in ck.glob("round_*"))
 
+def plant_junk(pool, r):
+    "What a malicious peer writes into round r of the pool: random bytes, a 9 MB file, a traversal name, NaN rewards."
+    d = pool / f"round_{r}"; d.mkdir(parents=True, exist_ok=True)
+    (d / "junk.json").write_bytes(os.urandom(200))
+    (d / "huge.json").write_bytes(b'{"schema": 1, "pad": "' + b"x" * 9_000_000 + b'"}')
+    (d / "..evil.json").write_text("{}")
+    (d / "nan.json").write_text('{"schema": 1, "round": %d, "node_id": "nan", "model": "m", "created_at": 1.0, "G": 3, '
+                                '"groups": [{"question": "q", "answer": "1", "metadata": {}, '
+                                '"completions": ["a", "b", "c"], "rewards": [NaN, 0, 1]}]}' % r)
+
 def test_malicious_peer(tmp_path):
     "A peer writing junk, huge files, traversal names and NaN rewards into the pool: honest nodes finish and count rejects."
     node = start_node(tmp_path, "node-0", 8, "--max-staleness", "1")
@@ -60,13 +70,7 @@ def test_malicious_peer(tmp_path):
     deadline = time.monotonic() + 120
     r = 0
     while node.poll() is None and time.monotonic() < deadline:
-        d = pool / f"round_{r}"; d.mkdir(parents=True, exist_ok=True)
-        (d / "junk.json").write_bytes(os.urandom(200))
-        (d / "huge.json").write_bytes(b'{"schema": 1, "pad": "' + b"x" * 9_000_000 + b'"}')
-        (d / "..evil.json").write_text("{}")
-        (d / "nan.json").write_text('{"schema": 1, "round": %d, "node_id": "nan", "model": "m", "created_at": 1.0, "G": 3, '
-                                    '"groups": [{"question": "q", "answer": "1", "metadata": {}, '
-                                    '"completions": ["a", "b", "c"], "rewards": [NaN, 0, 1]}]}' % r)
+        plant_junk(pool, r)
         r = max(r, len(rounds_of(tmp_path, "node-0")))
         time.sleep(0.05)
     out, _ = node.communicate(timeout=120)
@@ -141,13 +145,7 @@ def test_lora_swarm_survives_malicious_peer(tmp_path):
     pool = tmp_path / "sapo" / "rollouts"
     deadline, r = time.monotonic() + 180, 0
     while swarm.poll() is None and time.monotonic() < deadline:
-        d = pool / f"round_{r}"; d.mkdir(parents=True, exist_ok=True)
-        (d / "junk.json").write_bytes(os.urandom(200))
-        (d / "huge.json").write_bytes(b'{"schema": 1, "pad": "' + b"x" * 9_000_000 + b'"}')
-        (d / "..evil.json").write_text("{}")
-        (d / "nan.json").write_text('{"schema": 1, "round": %d, "node_id": "nan", "model": "m", "created_at": 1.0, "G": 3, '
-                                    '"groups": [{"question": "q", "answer": "1", "metadata": {}, '
-                                    '"completions": ["a", "b", "c"], "rewards": [NaN, 0, 1]}]}' % r)
+        plant_junk(pool, r)
         r = max(r, len(rounds_of(tmp_path, "node-0")))
         time.sleep(0.05)
     out, _ = swarm.communicate(timeout=120)
