@@ -63,16 +63,18 @@ def plant_junk(pool, r):
                                 '"groups": [{"question": "q", "answer": "1", "metadata": {}, '
                                 '"completions": ["a", "b", "c"], "rewards": [NaN, 0, 1]}]}' % r)
 
+def attack_while_running(proc, root, timeout):
+    "Plant junk into every round of the pool as node-0 reaches it, until `proc` ends."
+    pool, deadline, r = root / "sapo" / "rollouts", time.monotonic() + timeout, 0
+    while proc.poll() is None and time.monotonic() < deadline:
+        plant_junk(pool, r)
+        r = max(r, len(rounds_of(root, "node-0")))
+        time.sleep(0.05)
+
 def test_malicious_peer(tmp_path):
     "A peer writing junk, huge files, traversal names and NaN rewards into the pool: honest nodes finish and count rejects."
     node = start_node(tmp_path, "node-0", 8, "--max-staleness", "1")
-    pool = tmp_path / "sapo" / "rollouts"
-    deadline = time.monotonic() + 120
-    r = 0
-    while node.poll() is None and time.monotonic() < deadline:
-        plant_junk(pool, r)
-        r = max(r, len(rounds_of(tmp_path, "node-0")))
-        time.sleep(0.05)
+    attack_while_running(node, tmp_path, 120)
     out, _ = node.communicate(timeout=120)
     assert node.returncode == 0, out
     rows = [json.loads(l) for l in (tmp_path / "sapo" / "logs" / "node-0" / "metrics.jsonl").read_text().splitlines()]
@@ -142,12 +144,7 @@ def test_lora_swarm_kill9_resume(tmp_path):
 def test_lora_swarm_survives_malicious_peer(tmp_path):
     "The pool attack of `test_malicious_peer` against four LoRA nodes sharing one base: every node finishes and rejects it."
     swarm = start_swarm(tmp_path, 8, "--max-staleness", "1")
-    pool = tmp_path / "sapo" / "rollouts"
-    deadline, r = time.monotonic() + 180, 0
-    while swarm.poll() is None and time.monotonic() < deadline:
-        plant_junk(pool, r)
-        r = max(r, len(rounds_of(tmp_path, "node-0")))
-        time.sleep(0.05)
+    attack_while_running(swarm, tmp_path, 180)
     out, _ = swarm.communicate(timeout=120)
     assert swarm.returncode == 0, out
     for n in ("node-0", "node-1", "node-2", "node-3"):
