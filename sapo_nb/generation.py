@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_generation.ipynb #a5af6dd9
 from __future__ import annotations
-import math, time, warnings, weakref
+import math, time, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -270,33 +270,21 @@ def low_rank_update(linears, adapters:list):
         return F.linear(F.linear(x, A) * keep, B)
     return update
 
-def fused_linear(*linears, pack:bool=True, adapters:list|None=None, stacked=None):
+def fused_linear(*linears, pack:bool=True, adapters:list|None=None):
     '''One function `(x, who=None) -> cat([l(x) for l in linears], -1)`: `stacked_linear` of the linears (of their base
     layers, for linears carrying LoRA adapters, peft's), plus for row b the update of adapter `adapters[who[b]]`
-    (`low_rank_update`). `stacked`: that `stacked_linear`, when already built.'''
-    plain = stacked or stacked_linear(*[getattr(l, "base_layer", l) for l in linears], pack=pack)
+    (`low_rank_update`).'''
+    plain = stacked_linear(*[getattr(l, "base_layer", l) for l in linears], pack=pack)
     update = low_rank_update(linears, adapters) if adapters else None
     if update is None: return lambda x, who=None: plain(x)
     return lambda x, who: plain(x) + update(x, who)
 
-_FROZEN_BASES = weakref.WeakKeyDictionary()  # model -> (its weights' identity and versions, their `stacked_linear`s)
-
 def decode_linears(model, pack:bool=True, adapters:list|None=None) -> tuple:
-    '''The matmuls of `decode_step`: per layer `(qkv, o, gate_up, down)` (see `fused_linear`), and the output head. With
-    `adapters`, the frozen base's stacked and packed weights are kept for the next call, until any of them changes.'''
-    torch = _torch()
-    groups = [g for l in model.model.layers for g in ((l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj), (l.self_attn.o_proj,),
-                                                      (l.mlp.gate_proj, l.mlp.up_proj), (l.mlp.down_proj,))] + [(model.lm_head,)]
-    bases = [[getattr(l, "base_layer", l) for l in g] for g in groups]
-    weights = [t for g in bases for l in g for t in (l.weight, l.bias) if t is not None]
-    dev = weights[0].device.type
-    key = (pack, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None, [(id(t), t._version) for t in weights])
-    keep = bool(adapters) and not any(t.requires_grad for t in weights)  # a frozen base under adapters: it changes rarely, if ever
-    kept = _FROZEN_BASES.get(model) if keep else None
-    stacked = kept[1] if kept is not None and kept[0] == key else [stacked_linear(*g, pack=pack) for g in bases]
-    if keep: _FROZEN_BASES[model] = (key, stacked)
-    fs = [fused_linear(*g, adapters=adapters, stacked=s) for g, s in zip(groups, stacked)]
-    return [tuple(fs[i:i + 4]) for i in range(0, len(fs) - 1, 4)], fs[-1]
+    "The matmuls of `decode_step`: per layer `(qkv, o, gate_up, down)` (see `fused_linear`), and the output head."
+    f = lambda *ls: fused_linear(*ls, pack=pack, adapters=adapters)
+    layers = [(f(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj), f(l.self_attn.o_proj), f(l.mlp.gate_proj, l.mlp.up_proj),
+               f(l.mlp.down_proj)) for l in model.model.layers]
+    return layers, f(model.lm_head)
 
 
 # %% ../nbs/05_generation.ipynb #38e7041a
