@@ -503,9 +503,18 @@ class AdapterPolicy:
         m.delete_adapter(self.adapter)
 
 # %% ../nbs/04_models.ipynb #93b0907b
+def _to_weight_dtype(mod, args):
+    "Forward pre-hook of a narrowed base layer: its input in its weights' dtype (autocast does this itself)."
+    return (args[0].to(mod.weight.dtype), *args[1:])
+
+def _to_input_dtype(mod, args, out):
+    "Forward hook of a LoRA layer over a narrowed base: outside autocast, its output in its input's dtype, as before narrowing."
+    import torch
+    return out if torch.is_autocast_enabled(out.device.type) else out.to(args[0].dtype)
+
 def narrow_frozen_linears(model, compute_dtype) -> int:
     '''Store the frozen base weights of `model`'s LoRA layers in `compute_dtype` where it is narrower than theirs (what
-    autocast casts them to at every call anyway), each layer casting its input to match; returns the weights narrowed.'''
+    autocast casts them to at every call anyway); outside autocast each layer takes and gives its input's dtype, as\n    before. Returns the number of layers narrowed.'''
     import torch
     n = 0
     if compute_dtype is None or not compute_dtype.is_floating_point: return n
@@ -515,7 +524,8 @@ def narrow_frozen_linears(model, compute_dtype) -> int:
         if torch.finfo(compute_dtype).bits >= torch.finfo(base.weight.dtype).bits: continue
         for t in (base.weight, base.bias):
             if t is not None: t.data = t.data.to(compute_dtype)
-        base.register_forward_pre_hook(lambda mod, args: (args[0].to(mod.weight.dtype), *args[1:]))
+        base.register_forward_pre_hook(_to_weight_dtype)
+        m.register_forward_hook(_to_input_dtype)
         n += 1
     return n
 
