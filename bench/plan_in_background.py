@@ -7,6 +7,10 @@ committed at once, so a plan spans several working sessions, even on fresh machi
 are complete is skipped, a run stopped half-way resumes from its checkpoints under `--root` when they are still
 there, and starts over when they are not. Runs go seed by seed, so what has landed is always complete pairs plus at
 most one unpaired run.
+
+A plan with a strong node (`heterogeneous`) trains it before its first run; its metrics are committed under
+`<data>/<plan>/strong/` once it finishes. Its model stays under `--root` (it is a whole model, not for git): on a
+fresh machine it is trained again first.
 """
 import argparse, shutil, subprocess, sys, time
 from pathlib import Path
@@ -33,21 +37,29 @@ def main(argv=None):
     a = p.parse_args(argv)
     repo = Path(__file__).resolve().parents[1]
     committed = resolve_plan(a.plan, a.data, seeds=a.seeds)
-    for run, saved in zip(resolve_plan(a.plan, a.root, seeds=a.seeds)["runs"], committed["runs"]):
+    resolved = resolve_plan(a.plan, a.root, seeds=a.seeds)
+    for run, saved in zip(resolved["runs"], committed["runs"]):
         tag = f"{a.plan} {run['config']} seed {run['seed']}"
         if run_complete(saved["cfgs"]): print(f"{tag}: already committed", flush=True); continue
         t0 = time.perf_counter()
         summary = run_plan(a.plan, a.root, seeds=[run["seed"]], only=[run["config"]], keep_checkpoints=False)
-        if summary[0]["status"] not in ("done", "skipped"): print(f"{tag}: {summary[0]}", flush=True); continue
-        src, dst = Path(run["dir"]), Path(saved["dir"])
-        files = [src / "config.json", *sorted((src / "logs").glob("*/metrics.jsonl"))]
-        for f in files:
-            (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, dst / f.relative_to(src))
-        plan_json = Path(committed["dir"]) / "plan.json"
-        shutil.copy2(Path(a.root) / a.plan / "plan.json", plan_json)
-        ok = commit([dst, plan_json], f"{a.plan}: metrics of {run['config']} seed {run['seed']} ({run['nodes']} nodes x "
-                           f"{run['cfgs'][0].rounds} rounds, {time.perf_counter() - t0:.0f} s)", repo)
+        if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]) and not run_complete(committed["strong"]["cfgs"]):
+            land(resolved["strong"], committed["strong"], a, committed, repo, "the strong node's run")
+        mine = next((s for s in summary if s["config"] == run["config"]), summary[-1])  # or the strong node's failure
+        if mine["status"] not in ("done", "skipped"): print(f"{tag}: {mine}", flush=True); continue
+        ok = land(run, saved, a, committed, repo, f"{run['config']} seed {run['seed']} ({run['nodes']} nodes x "
+                  f"{run['cfgs'][0].rounds} rounds, {time.perf_counter() - t0:.0f} s)")
         print(f"{tag}: {'committed' if ok else 'NOT committed'} in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def land(run, saved, a, committed, repo, what) -> bool:
+    "Copy a finished run's config and metrics (never its checkpoints) into the repository, with the plan record, and commit them."
+    src, dst = Path(run["dir"]), Path(saved["dir"])
+    for f in [src / "config.json", *sorted((src / "logs").glob("*/metrics.jsonl"))]:
+        (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, dst / f.relative_to(src))
+    plan_json = Path(committed["dir"]) / "plan.json"
+    shutil.copy2(Path(a.root) / a.plan / "plan.json", plan_json)
+    return commit([dst, plan_json], f"{a.plan}: metrics of {what}", repo)
 
 
 if __name__ == "__main__": main()

@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--window", type=int, default=100, help="moving-average window in rounds (clipped for short runs)")
     _folder_args(sub.add_parser("status", help="show the nodes of a swarm folder"))
     _folder_args(sub.add_parser("clean", help="remove a run's checkpoints, keeping its metrics, pool and configs"))
+    sm = sub.add_parser("save-model", help="write a node's trained model (its newest checkpoint) as a transformers folder")
+    sm.add_argument("run", help="a run folder: <root>/<experiment>")
+    sm.add_argument("--node", default="node-0", help="the node whose model to write (default: %(default)s)")
+    sm.add_argument("--to", required=True, help="the folder to write; it must not exist")
     ex = sub.add_parser("export", help="replay a finished run's metrics into a tracker (TensorBoard, W&B offline, Trackio)")
     ex.add_argument("run", help="a run folder: <root>/<experiment>, holding logs/<node>/metrics.jsonl")
     ex.add_argument("--to", required=True, choices=CHOICES["tracker"][1:], help="the tracker")
@@ -115,6 +119,7 @@ def main(argv=None) -> int:
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
             return experiment_main(args)
+        if args.command == "save-model": return _save_model(args.run, args.node, args.to)
         if args.command == "export":
             from sapo_nb.trackers import export_run, TrackerError
             try: export_run(args.run, args.to, out=args.out, project=args.project); return 0
@@ -199,3 +204,17 @@ def _clean(cfg) -> int:
     if unfinished and freed:
         print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
     return 1 if any("the node runs" in k for k in kept) else 0
+
+def _save_model(run, node:str, dest) -> int:
+    "`sapo save-model`: node `node`'s config from the run folder, then `node.save_model`; 2 with a message when it cannot."
+    from pathlib import Path
+    from sapo_nb.core import read_run_config, read_json_file
+    from sapo_nb.node import save_model, CheckpointError
+    run = Path(run)
+    known = {c.get("node_id"): c for c in read_run_config(run)}
+    if node not in known and isinstance(own := read_json_file(run / "logs" / node / "config.json"), dict): known[node] = own
+    if node not in known:
+        names = ", ".join(sorted(str(k) for k in known)) or "none (no config.json: is it a run folder, <root>/<experiment>?)"
+        print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr); return 2
+    try: save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest); return 0
+    except (ConfigError, CheckpointError, FileExistsError) as e: print(f"sapo save-model: {e}", file=sys.stderr); return 2

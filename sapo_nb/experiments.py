@@ -9,6 +9,7 @@ from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, valid_name
 from .core import experiment_dir, metrics_path, read_jsonl, atomic_write
 from .swarm import node_configs, run_inline, parse_override
+from .node import save_model
 
 # %% auto #0
 __all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done', 'run_complete', 'run_plan',
@@ -16,6 +17,9 @@ __all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done',
 
 # %% ../nbs/17_experiments.ipynb #b3f04830
 _IJ = lambda i, j: {f"{i}-{j}": dict(local_questions=i, external_questions=j)}
+
+_ARITH_RUNS = dict(mix="arith", completions_per_question=4, max_new_tokens=32, eval_every=20, eval_questions=64,
+                   checkpoint_every=25)
 
 PLANS = dict(
     paper=dict(description="the paper's comparison: 8 agents, I+J=8, G=8, 2000 rounds (arXiv 2509.08721)",
@@ -30,10 +34,13 @@ PLANS = dict(
               configs={**_IJ(4, 0), **_IJ(3, 1), **_IJ(2, 2), **_IJ(1, 3)}),
     sharing=dict(description="does sharing help? 4/0 against 2/2 on the arith mix, 4 agents, 100 rounds, 6 paired seeds, "
                              "held-out pass@1 every 20 rounds (CPU, about 8 CPU-hours)",
-                 preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5),
-                 fields=dict(mix="arith", completions_per_question=4, max_new_tokens=32, eval_every=20, eval_questions=64,
-                             checkpoint_every=25),
+                 preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5), fields=_ARITH_RUNS,
                  configs={**_IJ(4, 0), **_IJ(2, 2)}),
+    heterogeneous=dict(description="do weaker nodes gain more? the sharing plan with node-0 starting from a model trained "
+                                   "alone for 300 rounds first (CPU, about 9 CPU-hours)",
+                       preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5), fields=_ARITH_RUNS,
+                       strong=dict(node="node-0", rounds=300, seed=1000, local_questions=4, external_questions=0),
+                       configs={**_IJ(4, 0), **_IJ(2, 2)}),
 )
 
 # %% ../nbs/17_experiments.ipynb #babe8e25
@@ -52,6 +59,16 @@ def _plan(plan) -> tuple:
         raise ValueError("a plan is a name in PLANS or a dict with 'name', 'configs' (and 'preset', 'rounds', 'nodes', 'seeds', 'fields')")
     return plan["name"], plan
 
+def _strong_run(p:dict, exp_root:Path, base:dict, top:dict) -> dict:
+    "The plan's strong-node run: one node trained alone under `<root>/<plan>/strong/`, whose model a node of every run starts from."
+    s = dict(p["strong"]) if isinstance(p["strong"], dict) else {}
+    node, rounds, seed = s.pop("node", None), s.pop("rounds", None), s.pop("seed", None)
+    if not (isinstance(node, str) and node): raise ConfigError(f"strong: got {p['strong']!r}; allowed: a dict with node, rounds, seed and any config fields")
+    root = (exp_root / "strong").resolve()
+    cfg = SAPOConfig.from_dict({**base, **s, **top, "rounds": _whole("strong rounds", rounds, 1)}, root=str(root),
+                               experiment=f"seed_{_whole('strong seed', seed, 0)}", seed=seed, node_id=node)
+    return dict(config="strong", seed=seed, nodes=1, node=node, dir=str(experiment_dir(cfg)), model=str(root / "model"), cfgs=[cfg])
+
 def resolve_plan(
     plan, # a name in `PLANS`, or a plan dict (with a 'name')
     root="sapo_runs/experiments", # results go to `<root>/<plan>/<config>/seed_<s>/`
@@ -61,7 +78,7 @@ def resolve_plan(
     model:str|None=None, # policy of every node (default: the preset's)
     only=None, # names of the configurations to run (default: all)
     fields:dict|None=None, # any other `SAPOConfig` fields, for every configuration
-) -> dict: # name, description, preset, rounds, nodes, seeds, fields, only, dir, configs: {name: {nodes, overrides, config}}, runs
+) -> dict: # name, description, preset, rounds, nodes, seeds, fields, only, dir, configs: {name: {nodes, overrides, config}}, runs (, strong)
     "A plan with the overrides applied and every node config built and checked; nothing runs."
     name, p = _plan(plan)
     if not valid_name(name): raise ValueError(f"plan name {name!r}: use letters, digits, '_', '.', '-'")
@@ -88,18 +105,25 @@ def resolve_plan(
             runs.append(dict(config=c, seed=s, nodes=n, dir=str(experiment_dir(cfg)), cfgs=cfgs))
         configs[c] = dict(nodes=n, overrides=over, config={k: v for k, v in runs[-1]["cfgs"][0].to_dict().items()
                                                           if k not in _RUNNER_FIELDS})
+    strong = _strong_run(p, exp_root, {**PRESETS[pre], **p.get("fields", {})}, top) if "strong" in p else None
+    if strong:
+        for r in runs:
+            if strong["node"] not in [c.node_id for c in r["cfgs"]]:
+                raise ConfigError(f"strong: node {strong['node']!r} is not in run {r['config']} seed {r['seed']} ({r['nodes']} nodes)")
+            r["cfgs"] = [c.replace(model=strong["model"]) if c.node_id == strong["node"] else c for c in r["cfgs"]]
     runs.sort(key=lambda r: seeds.index(r["seed"]))  # seed by seed: a plan stopped part-way leaves complete pairs
     only = list(only or [])
     if unknown := [c for c in only if c not in configs]:
         raise ValueError(f"only: no configuration {', '.join(map(repr, unknown))} in plan {name!r}; it has {', '.join(configs)}")
     if only: runs = [r for r in runs if r["config"] in only]
     return dict(name=name, description=p.get("description", ""), preset=pre, rounds=p.get("rounds") if rounds is None else rounds,
-                nodes=nodes, seeds=list(seeds), fields=fields, only=only, dir=str(exp_root), configs=configs, runs=runs)
+                nodes=nodes, seeds=list(seeds), fields=fields, only=only, dir=str(exp_root), configs=configs, runs=runs,
+                **({"strong": strong} if strong else {}))
 
 # %% ../nbs/17_experiments.ipynb #f7e4bdbc
 def node_rounds(resolved:dict) -> int:
-    "Node-rounds the plan's runs take in all: the sum over runs of nodes × rounds."
-    return sum(r["nodes"] * r["cfgs"][0].rounds for r in resolved["runs"])
+    "Node-rounds the plan takes in all: the sum over runs (and the strong node's run) of nodes × rounds."
+    return sum(r["nodes"] * r["cfgs"][0].rounds for r in resolved["runs"] + [resolved.get("strong")] if r)
 
 def format_plan(resolved:dict) -> str:
     "The resolved plan as a fixed-width table: one line per configuration."
@@ -112,6 +136,9 @@ def format_plan(resolved:dict) -> str:
         lines.append(f"{c:>10} {k['local_questions']}/{k['external_questions']:<3} {k['completions_per_question']:>3} "
                      f"{k['adaptive']:>9} {resolved['configs'][c]['nodes']:>5} {k['rounds']:>6} {k['max_new_tokens']:>6}  "
                      f"{k['model']:<14} {', '.join(map(str, s))}")
+    if s := resolved.get("strong"):
+        lines.append(f"{s['node']} of every run starts from the model of a node trained alone first: I/J "
+                     f"{s['cfgs'][0].local_questions}/{s['cfgs'][0].external_questions}, {s['cfgs'][0].rounds} rounds, seed {s['seed']}")
     return "\n".join(lines + [f"{len(resolved['runs'])} runs, {node_rounds(resolved)} node-rounds"])
 
 # %% ../nbs/17_experiments.ipynb #a5c7937d
@@ -130,8 +157,9 @@ def _free_memory():
 
 def _plan_record(resolved:dict) -> dict:
     "The resolved plan as JSON-able data (node configs left out: each run's `config.json` holds them)."
-    return {**{k: v for k, v in resolved.items() if k != "runs"},
-            "runs": [{k: v for k, v in r.items() if k != "cfgs"} for r in resolved["runs"]]}
+    drop = lambda r: {k: v for k, v in r.items() if k != "cfgs"}
+    return {**{k: v for k, v in resolved.items() if k not in ("runs", "strong")}, "runs": [drop(r) for r in resolved["runs"]],
+            **({"strong": drop(resolved["strong"])} if "strong" in resolved else {})}
 
 def _write_plan_json(resolved:dict, log):
     path = Path(resolved["dir"]) / "plan.json"
@@ -160,6 +188,20 @@ def _run_one(run:dict, tag:str, keep_checkpoints:bool, log) -> tuple:
     if not keep_checkpoints: shutil.rmtree(Path(run["dir"]) / "checkpoints", ignore_errors=True)
     return "done", None
 
+def _train_strong(strong:dict, keep_checkpoints:bool, log) -> dict:
+    "Train the plan's strong node alone, then write its model where the runs load it; a summary entry."
+    c, t0 = strong["cfgs"][0], time.perf_counter()
+    log(f"strong node: {c.node_id} trains alone for {c.rounds} rounds (seed {c.seed}) in {strong['dir']}; "
+        f"its model goes to {strong['model']}")
+    status, error = _run_one(strong, "strong node", True, log)
+    if status == "done":
+        try: save_model(c, strong["model"], log=log)
+        except Exception as e: status, error = "failed", f"{type(e).__name__}: {e}"
+        if status == "done" and not keep_checkpoints: shutil.rmtree(Path(strong["dir"]) / "checkpoints", ignore_errors=True)
+    log(f"strong node: {status} in {time.perf_counter() - t0:.0f} s" + (f" — {error}" if error else ""))
+    return dict(config="strong", seed=strong["seed"], status=status, seconds=round(time.perf_counter() - t0, 1),
+                dir=strong["dir"], error=error)
+
 def run_plan(
     plan, # a name in `PLANS`, or a plan dict (with a 'name')
     root="sapo_runs/experiments", # results go to `<root>/<plan>/<config>/seed_<s>/`
@@ -177,6 +219,10 @@ def run_plan(
     _write_plan_json(rp, log)
     n, t_plan, summary, spent, work = len(rp["runs"]), time.perf_counter(), [], 0.0, 0
     log(f"plan {rp['name']}: {n} runs, {node_rounds(rp)} node-rounds, results in {rp['dir']}")
+    if "strong" in rp and not all(run_complete(r["cfgs"]) for r in rp["runs"]) and not Path(rp["strong"]["model"]).exists():
+        summary.append(_train_strong(rp["strong"], keep_checkpoints, log))
+        if summary[-1]["status"] != "done":
+            log(f"plan {rp['name']}: stopped, its runs need the strong node's model"); return summary
     for k, run in enumerate(rp["runs"]):
         cfgs, tag = run["cfgs"], f"[{k + 1}/{n}] {run['config']} seed {run['seed']}"
         c, t0 = cfgs[0], time.perf_counter()

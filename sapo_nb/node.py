@@ -14,8 +14,9 @@ from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, 
 
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'truncate_metrics', 'NodeRunning', 'lease_path',
-           'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'verify_checkpoint', 'load_checkpoint',
-           'open_transport', 'SwarmNode', 'ResumeError', 'progress_line', 'sample_together']
+           'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'verify_checkpoint', 'intact_checkpoint',
+           'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode', 'ResumeError', 'progress_line',
+           'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int) -> int:
@@ -225,25 +226,32 @@ def _check_state(state):
         raise CheckpointError("state.json: 'rng' is not a pair of valid generator states")
 
 # %% ../nbs/12_node.ipynb #4e4c8f02
-def load_checkpoint(folder, model, optimizer, check=None, log=print) -> dict|None:
-    "Restore the newest good checkpoint in `folder` into `model` and `optimizer` and return its state; None if there is none."
-    import torch
-    from safetensors.torch import load_file
+def intact_checkpoint(folder, check=None, log=print) -> tuple:
+    "`(path, state)` of the newest checkpoint in `folder` that verifies and passes `check`; `(None, None)` when there is none."
     rounds = sorted(_checkpoints(folder), reverse=True) if Path(folder).exists() else []
     for r in rounds:
         ck = Path(folder) / f"round_{r}"
         try:
             state = verify_checkpoint(ck)
             if check: check(state)  # the caller's bounds; it raises CheckpointError, or refuses outright with another error
-            model.load_state_dict(load_file(ck / "model.safetensors"), strict=False)
-            optimizer.load_state_dict(torch.load(ck / "optimizer.pt", weights_only=True))
         except CheckpointError as e:
             log(f"checkpoint of round {r} skipped: {e}"); continue
-        torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
-        random.setstate((3, tuple(state["rng"]["python"]), None))
-        return state
+        return ck, state
     if rounds: raise CheckpointError(f"{folder}: no checkpoint is intact ({len(rounds)} tried); move the folder away to start over")
-    return None
+    return None, None
+
+def load_checkpoint(folder, model, optimizer, check=None, log=print) -> dict|None:
+    "Restore the newest good checkpoint in `folder` into `model` and `optimizer` and return its state; None if there is none."
+    import torch
+    from safetensors.torch import load_file
+    ck, state = intact_checkpoint(folder, check, log)
+    if ck is None: return None
+    model.load_state_dict(load_file(ck / "model.safetensors"), strict=False)
+    optimizer.load_state_dict(torch.load(ck / "optimizer.pt", weights_only=True))
+    torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
+    random.setstate((3, tuple(state["rng"]["python"]), None))
+    return state
+
 
 # %% ../nbs/12_node.ipynb #996f3f94
 def open_transport(cfg:SAPOConfig):
@@ -258,6 +266,16 @@ def open_transport(cfg:SAPOConfig):
 
 def _mean(xs): xs = list(xs); return sum(xs) / len(xs) if xs else None
 
+def node_policy(cfg:SAPOConfig):
+    "The policy node `cfg` trains: the whole model, or (adapter='lora') its own adapter on the process's shared base."
+    from sapo_nb.models import load_policy, lora_policy
+    from sapo_nb.tasks import derive_seed
+    where = dict(device=cfg.device, dtype=cfg.dtype, compute_dtype=cfg.compute_dtype)
+    if cfg.adapter == "none": return load_policy(cfg.model, **where)
+    return lora_policy(cfg.model, cfg.node_id, rank=cfg.lora_rank, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                       targets=cfg.lora_targets, seed=derive_seed(cfg.seed, cfg.node_id, "adapter"), **where)
+
+
 # %% ../nbs/12_node.ipynb #7ad312cc
 class SwarmNode:
     "One SAPO node: generate, share, select, train — a round at a time."
@@ -268,7 +286,7 @@ class SwarmNode:
         from sapo_nb.grpo import GRPOTrainer
         self.cfg, self.log = cfg, log
         self._check_root()
-        self.policy, self._own_policy = policy or self._load_policy(), policy is None
+        self.policy, self._own_policy = policy or node_policy(cfg), policy is None
         self.stream = TaskStream(cfg.mix, seed=cfg.seed, node_id=cfg.node_id, share_stream=cfg.share_stream,
                                  tasks=cfg.tasks)
         style = mix_settings(cfg.mix)["prompt_style"]
@@ -295,16 +313,6 @@ class SwarmNode:
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, micro_batch_size=cfg.micro_batch_size,
             compute_dtype=self.policy.compute_dtype)
         self.round = 0
-
-    def _load_policy(self):
-        "The node's policy: the whole model, or (adapter='lora') its own adapter on the process's shared base."
-        from sapo_nb.models import load_policy, lora_policy
-        from sapo_nb.tasks import derive_seed
-        cfg = self.cfg
-        where = dict(device=cfg.device, dtype=cfg.dtype, compute_dtype=cfg.compute_dtype)
-        if cfg.adapter == "none": return load_policy(cfg.model, **where)
-        return lora_policy(cfg.model, cfg.node_id, rank=cfg.lora_rank, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
-                           targets=cfg.lora_targets, seed=derive_seed(cfg.seed, cfg.node_id, "adapter"), **where)
 
     def _check_root(self):
         "Fail at start, with what to do, when the experiment folder cannot be written."
@@ -554,6 +562,29 @@ def show_progress(self:SwarmNode, row:dict):
     "Log one progress line for `row` (the ETA from the time between this node's rows)."
     last, self._last_row_time = getattr(self, "_last_row_time", None), row["time"]
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
+
+# %% ../nbs/12_node.ipynb #f5f0b061
+def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment and node id)
+               dest,           # a folder that does not exist yet
+               log=print) -> Path:
+    "Write the model node `cfg.node_id` trained (its newest intact checkpoint) to folder `dest`, as transformers saves one."
+    from safetensors.torch import load_file
+    from sapo_nb.models import build_atomically
+    if cfg.adapter != "none":
+        raise ConfigError(f"save_model: {cfg.node_id} trains a {cfg.adapter} adapter; its checkpoint holds the adapter alone, "
+                          "and merging it into the base is not supported yet")
+    dest = Path(dest)
+    if dest.exists(): raise FileExistsError(f"{dest} exists; choose a folder that does not")
+    ck, state = intact_checkpoint(checkpoint_dir(cfg), log=log)
+    if ck is None:
+        raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished run keeps its "
+                              "checkpoints only when run with --keep-checkpoints")
+    policy = node_policy(cfg.replace(device="cpu"))
+    policy.load_state_dict(load_file(ck / "model.safetensors"))
+    def write(tmp): policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)
+    out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model))
+    log(f"{cfg.node_id}: the model of round {state['round']} is in {out}")
+    return out
 
 # %% ../nbs/12_node.ipynb #a48817d9
 def sample_together(nodes:list, r:int) -> list:
