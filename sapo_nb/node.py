@@ -227,7 +227,7 @@ def _check_state(state):
 
 # %% ../nbs/12_node.ipynb #4e4c8f02
 def intact_checkpoint(folder, check=None, log=print) -> tuple:
-    "`(path, state)` of the newest checkpoint in `folder` that verifies and passes `check`; `(None, None)` when there is none."
+    "`(path, state)` of the newest checkpoint in `folder` that verifies and passes `check`; `(None, None)` if there is none, `CheckpointError` if none is intact."
     rounds = sorted(_checkpoints(folder), reverse=True) if Path(folder).exists() else []
     for r in rounds:
         ck = Path(folder) / f"round_{r}"
@@ -563,7 +563,7 @@ def show_progress(self:SwarmNode, row:dict):
     last, self._last_row_time = getattr(self, "_last_row_time", None), row["time"]
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
 
-# %% ../nbs/12_node.ipynb #f5f0b061
+# %% ../nbs/12_node.ipynb #6fdb800b
 def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment and node id)
                dest,           # a folder that does not exist yet
                log=print) -> Path:
