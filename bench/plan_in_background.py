@@ -10,9 +10,12 @@ most one unpaired run.
 
 A plan with a strong node (`heterogeneous`) trains it before its first run; its metrics are committed under
 `<data>/<plan>/strong/` once it finishes. Its model stays under `--root` (it is a whole model, not for git): on a
-fresh machine it is trained again first.
+fresh machine it is trained again first. Sampling on a different CPU takes other tokens, so a retrained strong node is
+another model: its metrics land beside the first under `<data>/<plan>/strong-<sha12>/`, and every run committed with
+a strong node records the SHA-256 of the model it started from in `strong_model.json` (runs without one used the
+first model, `strong/seed_<s>/`), so that pairs on different strong models can be told apart.
 """
-import argparse, shutil, subprocess, sys, time
+import argparse, hashlib, json, shutil, subprocess, sys, time
 from pathlib import Path
 from sapo_nb.experiments import resolve_plan, run_plan, run_complete
 
@@ -43,8 +46,7 @@ def main(argv=None):
         if run_complete(saved["cfgs"]): print(f"{tag}: already committed", flush=True); continue
         t0 = time.perf_counter()
         summary = run_plan(a.plan, a.root, seeds=[run["seed"]], only=[run["config"]], keep_checkpoints=False)
-        if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]) and not run_complete(committed["strong"]["cfgs"]):
-            land(resolved["strong"], committed["strong"], a, committed, repo, "the strong node's run")
+        if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]): land_strong(resolved, committed, a, repo)
         mine = next((s for s in summary if s["config"] == run["config"]), summary[-1])  # or the strong node's failure
         if mine["status"] not in ("done", "skipped"): print(f"{tag}: {mine}", flush=True); continue
         ok = land(run, saved, a, committed, repo, f"{run['config']} seed {run['seed']} ({run['nodes']} nodes x "
@@ -52,11 +54,37 @@ def main(argv=None):
         print(f"{tag}: {'committed' if ok else 'NOT committed'} in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
+def model_sha256(folder) -> str:
+    "SHA-256 over a model folder's weight files, in name order."
+    h = hashlib.sha256()
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 24), b""): h.update(chunk)
+    return h.hexdigest()
+
+
+def rewards(run_dir):
+    "The sequence of `reward_local` of a run's nodes: what tells two trainings of the same strong node apart."
+    return [json.loads(l).get("reward_local") for f in sorted(Path(run_dir).glob("logs/*/metrics.jsonl")) for l in open(f)]
+
+
+def land_strong(resolved, committed, a, repo):
+    "Commit the strong node's run: as the plan's first one, or, when this machine trained another model, beside it."
+    here, saved = resolved["strong"], committed["strong"]
+    if not run_complete(saved["cfgs"]): return land(here, saved, a, committed, repo, "the strong node's run")
+    if rewards(here["dir"]) == rewards(saved["dir"]): return True
+    dst = Path(committed["dir"]) / f"strong-{model_sha256(here['model'])[:12]}" / Path(here["dir"]).name
+    if not dst.exists(): land(here, dict(dir=str(dst)), a, committed, repo, f"the strong node's run, trained again ({dst.parent.name})")
+
+
 def land(run, saved, a, committed, repo, what) -> bool:
     "Copy a finished run's config and metrics (never its checkpoints) into the repository, with the plan record, and commit them."
     src, dst = Path(run["dir"]), Path(saved["dir"])
     for f in [src / "config.json", *sorted((src / "logs").glob("*/metrics.jsonl"))]:
         (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, dst / f.relative_to(src))
+    if "strong" in committed and run.get("config") != "strong":
+        model = next(c.model for c in run["cfgs"] if c.node_id == committed["strong"]["node"])
+        (dst / "strong_model.json").write_text(json.dumps({"sha256": model_sha256(model)}) + "\n")
     plan_json = Path(committed["dir"]) / "plan.json"
     shutil.copy2(Path(a.root) / a.plan / "plan.json", plan_json)
     return commit([dst, plan_json], f"{a.plan}: metrics of {what}", repo)
