@@ -13,7 +13,8 @@ A plan with a strong node (`heterogeneous`) trains it before its first run; its 
 fresh machine it is trained again first. Sampling on a different CPU takes other tokens, so a retrained strong node is
 another model: its metrics land beside the first under `<data>/<plan>/strong-<sha12>/`, and every run committed with
 a strong node records the SHA-256 of the model it started from in `strong_model.json` (runs without one used the
-first model, `strong/seed_<s>/`), so that pairs on different strong models can be told apart.
+first model, `strong/seed_<s>/`). A pair is only clean on one strong model, so a committed run whose partner has not
+landed and which started from a model other than this machine's is run again here before its partner.
 """
 import argparse, hashlib, json, shutil, subprocess, sys, time
 from pathlib import Path
@@ -43,7 +44,8 @@ def main(argv=None):
     resolved = resolve_plan(a.plan, a.root, seeds=a.seeds)
     for run, saved in zip(resolved["runs"], committed["runs"]):
         tag = f"{a.plan} {run['config']} seed {run['seed']}"
-        if run_complete(saved["cfgs"]): print(f"{tag}: already committed", flush=True); continue
+        if run_complete(saved["cfgs"]) and not unpaired_elsewhere(run, saved, resolved, committed):
+            print(f"{tag}: already committed", flush=True); continue
         t0 = time.perf_counter()
         summary = run_plan(a.plan, a.root, seeds=[run["seed"]], only=[run["config"]], keep_checkpoints=False)
         if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]): land_strong(resolved, committed, a, repo)
@@ -61,6 +63,26 @@ def model_sha256(folder) -> str:
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 24), b""): h.update(chunk)
     return h.hexdigest()
+
+
+def strong_sha(run_dir):
+    "The SHA-256 of the strong model a committed run started from; None when it names none (the plan's first one)."
+    f = Path(run_dir) / "strong_model.json"
+    return json.loads(f.read_text()).get("sha256") if f.is_file() else None
+
+
+def unpaired_elsewhere(run, saved, resolved, committed) -> bool:
+    """Whether a committed run must run again here: its seed's other runs are not all committed yet, and it started from
+    a strong model other than this machine's, so that its partners would start from another one. A pair stays on one
+    strong model at the cost of one run, once, when a session ends between the runs of a pair."""
+    if "strong" not in resolved: return False
+    partners = [s for s in committed["runs"] if s["seed"] == saved["seed"] and s["dir"] != saved["dir"]]
+    if all(run_complete(s["cfgs"]) for s in partners): return False
+    here = Path(resolved["strong"]["model"])  # not there yet: it will be trained here, another model than any committed
+    if here.is_dir() and strong_sha(saved["dir"]) == model_sha256(here): return False
+    print(f"{run['config']} seed {run['seed']}: committed on another strong model while its partners are not; "
+          "running it again here", flush=True)
+    return True
 
 
 def rewards(run_dir):
