@@ -2,7 +2,8 @@
 
     nice -n 19 python bench/plan_in_background.py sharing --root /work/runs --data nbs/data &
 
-The metrics (not the checkpoints) of run `<config>/seed_<s>` are copied to `<data>/<plan>/<config>/seed_<s>/` and
+The metrics (not the checkpoints) of run `<config>/seed_<s>` are copied to `<data>/<plan>/<config>/seed_<s>/`, with
+`environment.json` (the CPU and the versions of torch, transformers and peft, which the numbers can depend on), and
 committed at once, so a plan spans several working sessions, even on fresh machines: a run whose committed metrics
 are complete is skipped, a run stopped half-way resumes from its checkpoints under `--root` when they are still
 there, and starts over when they are not. Runs go seed by seed, so what has landed is always complete pairs plus at
@@ -16,7 +17,7 @@ a strong node records the SHA-256 of the model it started from in `strong_model.
 first model, `strong/seed_<s>/`). A pair is only clean on one strong model, so a committed run whose partner has not
 landed and which started from a model other than this machine's is run again here before its partner.
 """
-import argparse, hashlib, json, shutil, subprocess, sys, time
+import argparse, hashlib, importlib.metadata, json, platform, shutil, subprocess, sys, time
 from pathlib import Path
 from sapo_nb.experiments import resolve_plan, run_plan, run_complete
 
@@ -99,6 +100,14 @@ def land_strong(resolved, committed, a, repo):
     if not dst.exists(): land(here, dict(dir=str(dst)), a, committed, repo, f"the strong node's run, trained again ({dst.parent.name})")
 
 
+def environment() -> dict:
+    "What a run's numbers can depend on beyond its config: the CPU and the versions of the packages that compute."
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")),
+               platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()
+    return dict(cpu=cpu, python=platform.python_version(),
+                **{k: importlib.metadata.version(k) for k in ("torch", "transformers", "peft")})
+
+
 def land(run, saved, a, committed, repo, what) -> bool:
     "Copy a finished run's config and metrics (never its checkpoints) into the repository, with the plan record, and commit them."
     src, dst = Path(run["dir"]), Path(saved["dir"])
@@ -107,6 +116,7 @@ def land(run, saved, a, committed, repo, what) -> bool:
     if "strong" in committed and run.get("config") != "strong":
         model = next(c.model for c in run["cfgs"] if c.node_id == committed["strong"]["node"])
         (dst / "strong_model.json").write_text(json.dumps({"sha256": model_sha256(model)}) + "\n")
+    (dst / "environment.json").write_text(json.dumps(environment()) + "\n")
     plan_json = Path(committed["dir"]) / "plan.json"
     shutil.copy2(Path(a.root) / a.plan / "plan.json", plan_json)
     return commit([dst, plan_json], f"{a.plan}: metrics of {what}", repo)
