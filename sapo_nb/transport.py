@@ -804,6 +804,7 @@ class HivemindTransport(Transport):
             raise ConnectionError(f"hivemind: could not start a DHT node on {list(host_maddrs)} or join "
                                   f"initial_peers={[str(p) for p in initial_peers]}: {e}") from e
         self._finalizer = weakref.finalize(self, _hivemind_shutdown, self._loop, self._thread, self._node)
+        self._known_peers = set(self._node.protocol.routing_table.peer_id_to_uid)  # whom to ask again if all are lost
 
     def _run(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
@@ -827,14 +828,34 @@ def subkey(self: HivemindTransport, node_id: str) -> bytes:
     return node_id.encode() + self._owner.local_public_key
 
 @patch
+def _rejoin(self: HivemindTransport) -> int:
+    """If hivemind has dropped every peer from our routing table, ping the peers it held when it last had any, so that
+    lookups and stores reach the swarm again. The number of peers back (0 when the table was not empty)."""
+    table = self._node.protocol.routing_table
+    if table.peer_id_to_uid:
+        self._known_peers = set(table.peer_id_to_uid); return 0
+    if not self._known_peers: return 0  # alone from the start: nobody to ask
+    async def ping_all():
+        back = await asyncio.gather(*(self._node.protocol.call_ping(p) for p in self._known_peers))
+        await asyncio.sleep(0)  # let the routing-table updates the answers scheduled run
+        return sum(b is not None for b in back)
+    back = self._run(ping_all())
+    (logger.info if back else logger.warning)("hivemind: no peer left in the routing table; %d of %d known peers answered",
+                                              back, len(self._known_peers))
+    return back
+
+@patch
 def _put(self: HivemindTransport, round, node_id, payload):
+    self._rejoin()
     self._seen_rounds.add(round)
     ok = self._run(self._node.store(self._key(round), payload, self._now() + self.expiration, subkey=self.subkey(node_id)))
     if not ok: logger.warning("hivemind: no DHT node accepted %s's rollout for round %d", node_id, round)
 
 @patch
 def _entries(self: HivemindTransport, round):
-    try: found = self._run(self._node.get(self._key(round), latest=True))
+    try:
+        self._rejoin()
+        found = self._run(self._node.get(self._key(round), latest=True))
     except Exception as e:
         self._reject("read_error", f"round {round} lookup ({e!r})"); return []
     if found is None or not isinstance(found.value, dict): return []

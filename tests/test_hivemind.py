@@ -205,6 +205,28 @@ def test_client_mode_node_shares_both_ways(swarm):
     finally: c.close()
 
 
+def test_client_node_whose_peers_all_timed_out_rejoins(swarm):
+    """hivemind deletes a peer from the routing table after one request to it goes unanswered (under load, 3 s is
+    enough), and a node in client mode receives no requests that would add it back. With its last peer gone such a
+    node stored and looked up only in itself, for good: it neither read the swarm nor published to it. The transport
+    now asks the peers it last knew again when the table is empty."""
+    a, b = swarm["a"], swarm["b"]
+    c = HivemindTransport("hm-test", initial_peers=a.maddrs, client_mode=True, **LOOPBACK)
+    try:
+        a.publish(0, "a", groups("a0")); assert {g.node_id for g in poll(c, 0, "colab", {"a"})} >= {"a"}
+        table = c._node.protocol.routing_table
+        assert table.peer_id_to_uid  # it knows the swarm ...
+        for _ in range(3):  # ... until each of its peers has timed out once (and lookups still in flight are answered)
+            for uid in list(table.uid_to_peer_id): del table[uid]
+            time.sleep(0.5)
+        assert not table.peer_id_to_uid
+        a.publish(1, "a", groups("a1")); c.publish(1, "colab", groups("colab1"))
+        assert "a" in {g.node_id for g in poll(c, 1, "colab", {"a"})}
+        assert "colab" in {g.node_id for g in poll(b, 1, "b", {"colab"})}
+        assert table.peer_id_to_uid
+    finally: c.close()
+
+
 def _netns_available() -> str|None:
     "None if network namespaces can be made here (root, iproute2), else why not."
     import shutil, subprocess
@@ -279,8 +301,9 @@ def test_swarm_across_hosts_in_network_namespaces(tmp_path):
             assert all(r["pool_peers"] <= 1 for r in rs[-3:]), (n, seen)  # the cut host is gone
         # ... and the two left go on sharing. The node behind NAT publishes through the server, which reads its groups
         # to the end. The other way can stall: in about one loaded run in five, the node behind NAT reads no group of
-        # the server's from the round after the cut on (a known weakness, not fixed: its cause in the DHT lookups is not
-        # found yet), so here it must read the server's groups in at least one round from the cut on, not in every one.
+        # the server's from the round after the cut on (a known weakness, not fixed; not the lost routing table of
+        # `test_client_node_whose_peers_all_timed_out_rejoins`, which would also stop its publishing), so here it must
+        # read the server's groups in at least one round from the cut on, not in every one.
         srv, natted = rows["srv"], rows["natted"]
         assert all(r["pool_available"] >= 1 for r in srv[-3:]), [(r["pool_peers"], r["pool_available"]) for r in srv]
         cut = next(k for k, r in enumerate(natted) if k and r["pool_peers"] < natted[k - 1]["pool_peers"])
