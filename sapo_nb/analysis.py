@@ -8,7 +8,7 @@ import html, itertools, json, math, os, re, time, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .core import PHASES, RoundMetrics, metric_columns, read_jsonl, read_run_config
+from .core import PHASES, RoundMetrics, metric_columns, read_jsonl, read_node_configs, read_run_config
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, min_p_value, paired_by_seed, per_seed,
                                 seeds_for_alpha, selection_artefact)
 
@@ -143,7 +143,7 @@ def load_runs(
     "Every node's metrics of every run at or below `path`, as one tidy table."
     rows, root = [], Path(path)
     for run_dir in find_runs(root):
-        info, nodes = run_info(run_dir, root), {n.get("node_id"): n for n in read_run_config(run_dir)}
+        info, nodes = run_info(run_dir, root), read_node_configs(run_dir)
         for f in sorted((run_dir / "logs").glob("*/metrics.jsonl")):
             node = f.parent.name  # the folder is authoritative: a node writes only its own
             adaptive = str(nodes.get(node, {}).get("adaptive", "off"))

@@ -208,11 +208,10 @@ def _clean(cfg) -> int:
 def _save_model(run, node:str, dest) -> int:
     "`sapo save-model`: node `node`'s config from the run folder, then `node.save_model`; 2 with a message when it cannot."
     from pathlib import Path
-    from sapo_nb.core import read_run_config, read_json_file
+    from sapo_nb.core import read_node_configs
     from sapo_nb.node import save_model, CheckpointError
     run = Path(run)
-    known = {c.get("node_id"): c for c in read_run_config(run)}
-    if node not in known and isinstance(own := read_json_file(run / "logs" / node / "config.json"), dict): known[node] = own
+    known = read_node_configs(run)
     if node not in known:
         names = ", ".join(sorted(str(k) for k in known)) or "none (no config.json: is it a run folder, <root>/<experiment>?)"
         print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr); return 2

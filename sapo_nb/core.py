@@ -10,9 +10,9 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'Group', 'atomic_write',
-           'open_regular', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'experiment_dir',
-           'metrics_path', 'checkpoint_dir', 'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row',
-           'metric_columns']
+           'open_regular', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs',
+           'experiment_dir', 'metrics_path', 'checkpoint_dir', 'is_finite', 'is_count', 'RoundMetrics',
+           'valid_metrics_row', 'metric_columns']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 WIRE_FIELDS = ("task", "item", "question", "completions", "truncated")  # what a node publishes of a group, and nothing else
@@ -104,6 +104,14 @@ def read_run_config(run_dir) -> list:
     c = read_json_file(Path(run_dir) / "config.json", limit=JSONL_MAX_BYTES)
     nodes = c.get("nodes", [c]) if isinstance(c, dict) else c if isinstance(c, list) else []
     return [n for n in nodes if isinstance(n, dict)]
+
+def read_node_configs(run_dir) -> dict:
+    "{node id: config dict} of a run: the nodes of `run_dir/config.json`, then `logs/<node>/config.json` of any node it lacks."
+    run_dir = Path(run_dir)
+    out = {c["node_id"]: c for c in read_run_config(run_dir) if isinstance(c.get("node_id"), str)}
+    for p in sorted((run_dir / "logs").glob("*/config.json")):
+        if p.parent.name not in out and isinstance(c := read_json_file(p), dict): out[p.parent.name] = c
+    return out
 
 # %% ../nbs/00_core.ipynb #6dc9108f
 def experiment_dir(cfg) -> Path: return Path(cfg.root) / cfg.experiment

@@ -8,7 +8,7 @@ import json, os, time
 from collections import deque
 from pathlib import Path
 from .config import printable_name
-from .core import is_count, is_finite, open_regular, read_json_file, read_jsonl, valid_metrics_row
+from .core import is_count, is_finite, open_regular, read_jsonl, read_node_configs, valid_metrics_row
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node_state', 'node_status', 'swarm_status',
@@ -20,15 +20,7 @@ def _run_length(x) -> bool: return is_count(x) and x >= 1
 
 def planned_rounds(exp) -> dict:
     "{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`; entries of the wrong shape left out."
-    exp = Path(exp)
-    out, swarm = {}, read_json_file(exp / "config.json")
-    nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
-    for c in nodes if isinstance(nodes, list) else []:
-        if isinstance(c, dict) and isinstance(c.get("node_id"), str) and _run_length(c.get("rounds")): out[c["node_id"]] = c["rounds"]
-    for p in (exp / "logs").glob("*/config.json"):
-        c = read_json_file(p) if p.parent.name not in out else None
-        if isinstance(c, dict) and _run_length(c.get("rounds")): out[p.parent.name] = c["rounds"]
-    return out
+    return {node: c["rounds"] for node, c in read_node_configs(exp).items() if _run_length(c.get("rounds"))}
 
 # %% ../nbs/14_monitor.ipynb #a7d2c4e9
 STALE_FLOOR = 60.0  # seconds: no node reads stale sooner

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib, json, math, os, re
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, valid_name
-from .core import experiment_dir, read_jsonl, read_run_config
+from .core import experiment_dir, read_jsonl, read_node_configs
 from fastcore.basics import patch
 
 # %% auto #0
@@ -209,7 +209,7 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
     run_dir = Path(run_dir)
     nodes = sorted(p.parent.name for p in (run_dir / "logs").glob("*/metrics.jsonl") if valid_name(p.parent.name))
     if not nodes: raise TrackerError(f"{run_dir}: no logs/<node>/metrics.jsonl to export")
-    configs = {c["node_id"]: c for c in read_run_config(run_dir) if isinstance(c.get("node_id"), str)}
+    configs = read_node_configs(run_dir)
     out, project = Path(out) if out is not None else run_dir / "tracker", project or _project_name(run_dir)
     sent = {}
     for node in nodes:
