@@ -101,7 +101,7 @@ class SAPOConfig:
     selection: str = _f("paper", "'paper' (drop zero-advantage groups, sample J), 'uniform', 'top_reward', 'first'")
     wait_policy: str = _f("none", "'none': use what has arrived; 'wait': wait up to wait_seconds for wait_peers peers")
     wait_seconds: float = _f(30.0, "longest wait for peers in a round (wait_policy='wait')")
-    wait_peers: int = _f(1, "peers whose rollouts of the same round to wait for (wait_policy='wait')")
+    wait_peers: int = _f(1, "peers whose rollouts of the same round to wait for, at most as many as published lately (wait_policy='wait')")
     max_staleness: int = _f(0, "also accept rollouts up to this many rounds old")
     adaptive: str = _f("off", "adapt J each round with I+J fixed and I >= 1: 'off', 'thesis' (J += alpha (pool - local)), 'gradient' (the same with an EMA baseline) or 'bandit'")
     adaptive_alpha: float = _f(1.0, "step size alpha of 'thesis' and 'gradient', in groups per unit of reward gap: 1 moves J one group in ~10 rounds of a 0.1 gap; 'thesis' as proposed: 0.05-0.2 (slow), 'gradient': 0.5-2")

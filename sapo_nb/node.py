@@ -13,10 +13,10 @@ from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, 
                           checkpoint_dir)
 
 # %% auto #0
-__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'truncate_metrics', 'NodeRunning', 'lease_path',
-           'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'verify_checkpoint', 'intact_checkpoint',
-           'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode', 'ResumeError', 'progress_line',
-           'merged_adapter', 'save_model', 'sample_together']
+__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED', 'truncate_metrics',
+           'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint',
+           'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode',
+           'wait_target', 'ResumeError', 'progress_line', 'merged_adapter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int) -> int:
@@ -344,15 +344,26 @@ def _generate_local(self:SwarmNode, r:int, I:int):
                                  cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=seeds, compute_dtype=self.policy.compute_dtype)
     return questions, prompts, comps
 
+RECENT_ROUNDS = 3  # a peer with no groups in this many rounds before ours has left: the wait policy stops waiting for it
+
+def wait_target(wait_peers:int, # the config's wait_peers
+                recent:set, # the peers with groups in the pool's last RECENT_ROUNDS rounds before ours
+               ) -> int:
+    "Peers to wait for: `wait_peers`, but no more than published lately; `wait_peers` when none did (a swarm gathering)."
+    return min(wait_peers, len(recent)) if recent else wait_peers
+
 @patch
 def _collect(self:SwarmNode, r:int) -> list:
     "Groups of other nodes for round r (and up to max_staleness rounds back, newest first), per the wait policy."
     cfg = self.cfg
     deadline = time.monotonic() + (cfg.wait_seconds if cfg.wait_policy == "wait" else 0)
+    recent = (self.transport.collect_recent(r - 1, exclude=cfg.node_id, max_staleness=RECENT_ROUNDS - 1)
+              if r and cfg.wait_policy == "wait" else [])  # who published lately (read before: cached by the transport)
+    target = wait_target(cfg.wait_peers, {g.node_id for g in recent})
     while True:
         found = self.transport.collect_recent(r, exclude=cfg.node_id, max_staleness=cfg.max_staleness)
         peers = {g.node_id for g in found if g.round == r}
-        if cfg.wait_policy == "none" or len(peers) >= cfg.wait_peers or time.monotonic() >= deadline: return found
+        if cfg.wait_policy == "none" or len(peers) >= target or time.monotonic() >= deadline: return found
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 # %% ../nbs/12_node.ipynb #f697a5b2
