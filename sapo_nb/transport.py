@@ -17,10 +17,10 @@ from .identity import IdentityError, canonical_json, check_signature, load_key, 
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'ROLLOUT_FIELDS', 'ITEM_BOUND', 'MAX_MODEL_CHARS', 'logger', 'REJECT_REASONS', 'DROP_REASONS',
-           'TRANSIENT_REASONS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout', 'encode_rollout',
-           'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath', 'Entry', 'Transport',
-           'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator', 'HivemindTransport',
-           'make_transport']
+           'TRANSIENT_REASONS', 'REJOIN_SECONDS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout',
+           'encode_rollout', 'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath', 'Entry',
+           'Transport', 'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator',
+           'HivemindTransport', 'make_transport']
 
 # %% ../nbs/08_transport.ipynb #34a86bd4
 def _config_default(name): return SAPOConfig.__dataclass_fields__[name].default  # one default per knob: the config's
@@ -805,6 +805,7 @@ class HivemindTransport(Transport):
                                   f"initial_peers={[str(p) for p in initial_peers]}: {e}") from e
         self._finalizer = weakref.finalize(self, _hivemind_shutdown, self._loop, self._thread, self._node)
         self._known_peers = set(self._node.protocol.routing_table.peer_id_to_uid)  # whom to ask again if all are lost
+        self._rejoin_after = 0.0  # monotonic time before which an unanswered `_rejoin` is not tried again
 
     def _run(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
@@ -827,21 +828,28 @@ def subkey(self: HivemindTransport, node_id: str) -> bytes:
     "Our subkey for `node_id`: the id, then this transport's owner marker (only we can write it)."
     return node_id.encode() + self._owner.local_public_key
 
+REJOIN_SECONDS = 10  # after no known peer answered, publish and collect go on alone this long before asking again
+
 @patch
 def _rejoin(self: HivemindTransport) -> int:
     """If hivemind has dropped every peer from our routing table, ping the peers it held when it last had any, so that
-    lookups and stores reach the swarm again. The number of peers back (0 when the table was not empty)."""
+    lookups and stores reach the swarm again. The number of peers back (0 when the table was not empty). When none
+    answers (the swarm is gone), the next try waits `REJOIN_SECONDS`: a ping costs up to hivemind's `wait_timeout`."""
     table = self._node.protocol.routing_table
     if table.peer_id_to_uid:
         self._known_peers = set(table.peer_id_to_uid); return 0
-    if not self._known_peers: return 0  # alone from the start: nobody to ask
+    if not self._known_peers or time.monotonic() < self._rejoin_after: return 0  # nobody to ask, or asked just now
     async def ping_all():
         back = await asyncio.gather(*(self._node.protocol.call_ping(p) for p in self._known_peers))
         await asyncio.sleep(0)  # let the routing-table updates the answers scheduled run
         return sum(b is not None for b in back)
     back = self._run(ping_all())
-    (logger.info if back else logger.warning)("hivemind: no peer left in the routing table; %d of %d known peers answered",
-                                              back, len(self._known_peers))
+    if back: logger.info("hivemind: no peer was left in the routing table; %d of %d known peers answered again",
+                         back, len(self._known_peers))
+    else:
+        self._rejoin_after = time.monotonic() + REJOIN_SECONDS
+        self._log_once("rejoin", "hivemind: no peer left in the routing table and none of the %d known answers; "
+                       "trying again every %d s", len(self._known_peers), REJOIN_SECONDS)
     return back
 
 @patch
