@@ -358,7 +358,8 @@ def _collect(self:SwarmNode, r:int) -> list:
     cfg = self.cfg
     deadline = time.monotonic() + (cfg.wait_seconds if cfg.wait_policy == "wait" else 0)
     recent = (self.transport.collect_recent(r - 1, exclude=cfg.node_id, max_staleness=RECENT_ROUNDS - 1)
-              if r and cfg.wait_policy == "wait" else [])  # who published lately (read before: cached by the transport)
+              if r and cfg.wait_policy == "wait" else [])  # who published lately: rounds read before, whose decoded
+    # groups the transport has cached (a folder lists them again, the DHT looks each up once more)
     target = wait_target(cfg.wait_peers, {g.node_id for g in recent})
     while True:
         found = self.transport.collect_recent(r, exclude=cfg.node_id, max_staleness=cfg.max_staleness)
