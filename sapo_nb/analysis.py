@@ -191,9 +191,10 @@ def config_shapes(df:pd.DataFrame) -> pd.DataFrame:
     return out
 
 def config_order(df:pd.DataFrame) -> list:
-    "Configurations ordered by the share of external rollouts J/(I+J) (the no-sharing baseline first), adaptive last."
+    "Configurations ordered by the share of external rollouts J/(I+J) (the no-sharing baseline first), adaptive last; a larger batch first at an equal share."
     sh = config_shapes(df)
-    return sorted(sh.index, key=lambda c: (bool(sh.adaptive[c]), np.nan_to_num(sh.external_share[c], nan=2.0), str(c)))
+    return sorted(sh.index, key=lambda c: (bool(sh.adaptive[c]), np.nan_to_num(sh.external_share[c], nan=2.0),
+                                          -np.nan_to_num(sh.I[c] + sh.J[c]), str(c)))
 
 def resolve_config(
     df:pd.DataFrame,
@@ -457,16 +458,17 @@ def findings(
     alpha:float=0.05, # the level of the tests
     effect:float=0.10, # the relative effect the power sentence is about (the one `seed_comparison` used)
     headline=HEADLINE, # the (metric, summary) pairs the verdict is about
+    learning:bool=True, # open with how much each configuration learned (False: a second comparison of the same runs)
 ) -> str: # Markdown
     "What the runs show, in a few sentences computed from the tables: learning, each headline difference, the verdict."
     if cs.empty: return "**No run has landed yet**, so there is nothing to report: every table above is empty."
     c = cs.set_index("config"); out = []
-    if c.final_pass1.notna().any():
+    if learning and c.final_pass1.notna().any():
         out.append("**Learning.** " + "; ".join(
             f"{k}: held-out pass@1 {_fmt(r.base_pass1)} before training, {_fmt(r.final_pass1)} at the end "
             f"({_fmt(r.final_pass1 - r.base_pass1, '{:+.3f}')}), {_fmt(r.area_pass1)} "
             f"over the run ({r.seeds} seed{'s' if r.seeds != 1 else ''})" for k, r in c.iterrows()) + ".")
-    else: out.append("**These runs have no held-out evaluation**: only the training-side rewards can be compared.")
+    elif learning: out.append("**These runs have no held-out evaluation**: only the training-side rewards can be compared.")
     if sc.empty:
         out.append(f"**No comparison yet.** Only {', '.join(f'{k} (seed{chr(115) if r.seeds != 1 else str()} {r.seed_list})' for k, r in c.iterrows())} "
                    "has runs: no seed has run two configurations, so nothing can be said about sharing.")

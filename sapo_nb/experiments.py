@@ -32,11 +32,13 @@ PLANS = dict(
     mini=dict(description="the comparison on 2 CPU cores in under an hour: embedded SmolLM2-135M, quick mix, 3 agents, 15 rounds",
               preset="cpu", rounds=15, nodes=3, seeds=(0, 1), fields=dict(completions_per_question=4, max_new_tokens=32),
               configs={**_IJ(4, 0), **_IJ(3, 1), **_IJ(2, 2), **_IJ(1, 3)}),
-    sharing=dict(description="does sharing help? 4/0 against 2/2 on the arith mix, 4 agents, 100 rounds, 6 paired seeds, "
-                             "held-out pass@1 every 20 rounds (CPU, about 8 CPU-hours)",
+    sharing=dict(description="does sharing help? 4/0 against 2/2 on the arith mix, and the 2/0 control (2 local questions, "
+                             "nothing shared), 4 agents, 100 rounds, 6 paired seeds, held-out pass@1 every 20 rounds "
+                             "(CPU, about 11 CPU-hours)",
                  preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5), fields=_ARITH_RUNS,
-                 configs={**_IJ(4, 0), **_IJ(2, 2)}),
-    heterogeneous=dict(description="do weaker nodes gain more? the sharing plan with node-0 starting from a model trained "
+                 configs={**_IJ(4, 0), **_IJ(2, 2), **_IJ(2, 0)}),
+    heterogeneous=dict(description="do weaker nodes gain more? 4/0 against 2/2 as in the sharing plan, with node-0 starting "
+                                   "from a model trained "
                                    "alone for 300 rounds first (CPU, about 9 CPU-hours)",
                        preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5), fields=_ARITH_RUNS,
                        strong=dict(node="node-0", rounds=300, seed=1000, local_questions=4, external_questions=0),
