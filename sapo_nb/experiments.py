@@ -38,8 +38,7 @@ PLANS = dict(
                  preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5), fields=_ARITH_RUNS,
                  configs={**_IJ(4, 0), **_IJ(2, 2), **_IJ(2, 0)}),
     heterogeneous=dict(description="do weaker nodes gain more? 4/0 against 2/2 as in the sharing plan, with node-0 starting "
-                                   "from a model trained "
-                                   "alone for 300 rounds first (CPU, about 9 CPU-hours)",
+                                   "from a model trained alone for 300 rounds first (CPU, about 9 CPU-hours)",
                        preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5), fields=_ARITH_RUNS,
                        strong=dict(node="node-0", rounds=300, seed=1000, local_questions=4, external_questions=0),
                        configs={**_IJ(4, 0), **_IJ(2, 2)}),
