@@ -103,6 +103,7 @@ class SAPOConfig:
     wait_seconds: float = _f(30.0, "longest wait for peers in a round (wait_policy='wait')")
     wait_peers: int = _f(1, "peers whose rollouts of the same round to wait for, at most as many as published lately (wait_policy='wait')")
     max_staleness: int = _f(0, "also accept rollouts up to this many rounds old")
+    top_up_rounds: int = _f(2, "when the current round holds fewer than J usable external groups, top J up with groups with spread from up to this many rounds back (counted in pool_topped_up), so that I/J trains on I + J groups; 0: never")
     adaptive: str = _f("off", "adapt J each round with I+J fixed and I >= 1: 'off', 'thesis' (J += alpha (pool - local)), 'gradient' (the same with an EMA baseline) or 'bandit'")
     adaptive_alpha: float = _f(1.0, "step size alpha of 'thesis' and 'gradient', in groups per unit of reward gap: 1 moves J one group in ~10 rounds of a 0.1 gap; 'thesis' as proposed: 0.05-0.2 (slow), 'gradient': 0.5-2")
     adaptive_ema: float = _f(0.9, "EMA factor beta of the 'gradient' rule's baseline")
@@ -124,7 +125,8 @@ class SAPOConfig:
     max_groups_per_round: int = _f(2048, "pool: take at most this many groups per round")
     # --- held-out evaluation
     eval_every: int = _f(10, "rounds between held-out evaluations (greedy pass@1 on the fixed evaluation set), also at round 0 and the last round; 0: never")
-    eval_questions: int = _f(64, "size of the held-out evaluation set: the same questions for every node, configuration and seed")
+    eval_questions: int = _f(64, "held-out questions asked before training and at the last round (the first N of the mix's evaluation set, whose texts no training stream or peer can reach): the same for every node, configuration and seed; plans use 512")
+    eval_curve_questions: int = _f(64, "held-out questions asked at the evaluations in between (the first N of the same set, at most eval_questions): a cheaper learning curve")
     # --- experiment tracking
     tracker: str = _f("none", "also send each metrics row to an experiment tracker: 'none', 'tensorboard' (event files in `<root>/<experiment>/tracker/<node_id>/`), 'wandb' (offline unless WANDB_MODE says otherwise) or 'trackio' (its local store); metrics.jsonl stays the record, and a tracker that fails turns itself off")
     # --- checkpoints and hardware
@@ -157,7 +159,9 @@ _RULES = dict(
     seed=_int(0), rounds=_int(1), local_questions=_int(0), external_questions=_int(0),
     completions_per_question=_int(2), max_new_tokens=_int(1), micro_batch_size=_int(1), num_iterations=_int(1), minibatches=_int(1),
     wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0), eval_every=_int(0), 
-    eval_questions=(lambda v: _int(1)[0](v) and v <= 4096, "a whole number in 1..4096"),
+    eval_questions=(lambda v: _int(1)[0](v) and v <= 1024, "a whole number in 1..1024"),
+    eval_curve_questions=(lambda v: _int(1)[0](v) and v <= 1024, "a whole number in 1..1024"),
+    top_up_rounds=_int(0),
     max_completion_chars=_int(1), max_groups_per_file=_int(1), max_file_bytes=_int(1),
     max_question_chars=_int(1), max_files_per_round=_int(1), max_bytes_per_round=_int(1), max_groups_per_round=_int(1),
     temperature=_num(0, lo_open=True), top_p=_num(0, 1, lo_open=True), learning_rate=_num(0, lo_open=True),

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'Group', 'atomic_write',
-           'open_regular', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs',
-           'experiment_dir', 'metrics_path', 'checkpoint_dir', 'is_finite', 'is_count', 'RoundMetrics',
-           'valid_metrics_row', 'metric_columns']
+__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES',
+           'Group', 'atomic_write', 'open_regular', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config',
+           'read_node_configs', 'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path',
+           'provenance_path', 'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns',
+           'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 WIRE_FIELDS = ("task", "item", "question", "completions", "truncated")  # what a node publishes of a group, and nothing else
@@ -33,6 +34,7 @@ class Group:
     round: int|None = None           # the round it was published for
     model: str|None = None           # the sender's model name (informational)
     index: int|None = None           # its position in the sender's rollout
+    completion_ids: list|None = None # per completion: the token ids this node sampled (own groups only; never published)
 
     @property
     def G(self) -> int: return len(self.completions)
@@ -117,6 +119,8 @@ def read_node_configs(run_dir) -> dict:
 def experiment_dir(cfg) -> Path: return Path(cfg.root) / cfg.experiment
 def metrics_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "metrics.jsonl"
 def checkpoint_dir(cfg) -> Path: return experiment_dir(cfg) / "checkpoints" / cfg.node_id
+def eval_records_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "eval_items.jsonl"
+def provenance_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "provenance.jsonl"
 
 # %% ../nbs/00_core.ipynb #41487f7c
 COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it
@@ -156,6 +160,7 @@ class RoundMetrics:
     pool_available: int = _m(is_count, "external groups collected from the pool", 0, required=True)
     pool_rejected: int = _m(is_count, "pool entries rejected by validation since the node started", 0)
     pool_selected: int = _m(is_count, "external groups trained on (the effective J)", 0, required=True)
+    pool_topped_up: int = _m(is_count, "of those, groups from earlier rounds that topped J up (`top_up_rounds`)", 0)
     pool_peers: int = _m(is_count, "distinct senders among the collected groups", 0)
     pool_unusable: int = _m(is_count, "collected groups that could not be rebuilt or scored", 0)
     loss: float|None = _m(_number, "GRPO loss of the update")
@@ -209,3 +214,38 @@ def metric_columns() -> tuple:
         if f.name in ("round", "node_id") or f.name.endswith("by_task"): continue
         cols += [*(f"seconds_{p}" for p in PHASES), "seconds_total"] if f.name == "seconds" else [f.name]
     return tuple(cols)
+
+# %% ../nbs/00_core.ipynb #a1d52f76
+PROVENANCE_PACKAGES = ("sapo_nb", "torch", "transformers", "reasoning_gym", "peft", "numpy")
+
+def _git(*args) -> str|None:
+    "Output of `git args` in the package's folder, or None where there is no git checkout (an installed wheel)."
+    import subprocess, sapo_nb
+    try: out = subprocess.run(["git", *args], cwd=Path(sapo_nb.__file__).parent, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError): return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+def _cpu_model() -> str:
+    "The CPU's model name (Linux: /proc/cpuinfo), else what `platform` says."
+    import platform
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"): return line.split(":", 1)[1].strip()
+    except OSError: pass
+    return platform.processor() or platform.machine()
+
+def provenance(device:str|None=None,        # the device the policy is on ('cpu', 'cuda:0')
+               dtype:str|None=None,         # the weights' dtype
+               compute_dtype:str|None=None, # the autocast dtype of the forward passes, if any
+              ) -> dict:
+    "What code and machine are running: commit, dirty flag, package versions, CPU, threads, device and dtypes."
+    import importlib.metadata as md, os, platform, sys
+    def version(name):
+        try: return md.version(name)
+        except md.PackageNotFoundError: return None
+    commit = _git("rev-parse", "HEAD")
+    dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no", "--", "."))
+    torch = sys.modules.get("torch")  # read only if already imported: recording provenance never imports torch
+    return dict(commit=commit, dirty=dirty, packages={p: version(p) for p in PROVENANCE_PACKAGES},
+                python=platform.python_version(), cpu=_cpu_model(), cores=os.cpu_count(),
+                threads=torch.get_num_threads() if torch else None, device=device, dtype=dtype, compute_dtype=compute_dtype)

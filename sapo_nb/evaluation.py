@@ -8,42 +8,56 @@ import time
 from dataclasses import dataclass, field, asdict
 
 # %% auto #0
-__all__ = ['EvalResult', 'evaluate']
+__all__ = ['ANSWER_RECORD_CHARS', 'EvalResult', 'item_key', 'evaluate']
 
 # %% ../nbs/10_evaluation.ipynb #e0968e95
+ANSWER_RECORD_CHARS = 64  # an answer is kept this long in the per-item records
+
 @dataclass
 class EvalResult:
-    "Greedy pass@1 of one policy on the held-out set."
+    "Greedy pass@1 of one policy on the held-out set, with every question's result."
     pass1: float                                  # fraction of questions answered correctly
     n: int                                        # questions asked
-    by_task: dict = field(default_factory=dict)   # task -> pass@1 on that task's questions
+    by_task: dict = field(default_factory=dict)   # component name -> pass@1 on its questions
     tokens: int = 0                               # tokens generated
     seconds: float = 0.0                          # wall time of the evaluation
+    items: list = field(default_factory=list)     # per question: [key, component name, extracted answer, correct]
 
     def metrics(self) -> dict:
-        "The fields a metrics row carries (`eval_` prefixed)."
-        return {f"eval_{k}": v for k, v in asdict(self).items()}
+        "The fields a metrics row carries (`eval_` prefixed); the per-item results go to their own file."
+        return {f"eval_{k}": v for k, v in asdict(self).items() if k != "items"}
 
+def item_key(entry:dict) -> str:
+    "A stable name for an evaluation question: `component:seed:index` of its generator item."
+    it = entry.get("item") or {}
+    return ":".join(str(it.get(k)) for k in ("component", "seed", "index"))
+
+# %% ../nbs/10_evaluation.ipynb #caece185
 def evaluate(policy,                   # a `models.Policy` (its sampling copy is used where it has one)
              entries:list,             # the evaluation questions (`tasks.eval_items`)
              format_prompt,            # format_prompt(tokenizer, entry) -> prompt text
              reward_fn,                # reward_fn(entry, completions) -> list[float], binary
              max_new_tokens:int=256,   # completion length limit, as in training
              batch_size:int=64,        # prompts per decoding batch
+             answer_fallback=None,     # how the recorded answer is read (`rewards.extract_answer`); None: the reward_fn's
             ) -> EvalResult:
-    "Greedy pass@1 of `policy` on `entries`, in batches of `batch_size` prompts."
+    "Greedy pass@1 of `policy` on `entries`, in batches of `batch_size` prompts, with a record per question."
     from sapo_nb.generation import generate_completions
+    from sapo_nb.rewards import extract_answer
     if not entries: raise ValueError("entries: got an empty list; allowed: at least one evaluation question")
     if batch_size < 1: raise ValueError(f"batch_size: got {batch_size!r}; allowed: an integer >= 1")
+    fallback = getattr(reward_fn, "answer_fallback", False) if answer_fallback is None else answer_fallback
     t0, tok, model = time.perf_counter(), policy.tokenizer, policy.sampler()
-    correct, tokens = [], 0
+    items, tokens = [], 0
     for i in range(0, len(entries), batch_size):
         batch = entries[i:i + batch_size]
         comps = generate_completions(model, tok, [format_prompt(tok, e) for e in batch], 1, max_new_tokens,
                                      temperature=0, compute_dtype=policy.compute_dtype)
         tokens += comps.total_tokens
-        correct += [float(reward_fn(e, texts)[0] == 1.0) for e, texts in zip(batch, comps.texts)]
+        items += [[item_key(e), e.get("component_name", e.get("task", "?")),
+                   (extract_answer(texts[0], fallback) or "")[:ANSWER_RECORD_CHARS], reward_fn(e, texts)[0] == 1.0]
+                  for e, texts in zip(batch, comps.texts)]
     by_task = {}
-    for e, c in zip(entries, correct): by_task.setdefault(e.get("task", "?"), []).append(c)
-    return EvalResult(sum(correct) / len(correct), len(correct), {t: sum(v) / len(v) for t, v in sorted(by_task.items())},
-                      tokens, time.perf_counter() - t0)
+    for _, name, _, ok in items: by_task.setdefault(name, []).append(ok)
+    return EvalResult(sum(ok for *_, ok in items) / len(items), len(items),
+                      {t: sum(v) / len(v) for t, v in sorted(by_task.items())}, tokens, time.perf_counter() - t0, items)

@@ -10,7 +10,7 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
 from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, append_jsonl, experiment_dir, metrics_path,
-                          checkpoint_dir)
+                          checkpoint_dir, eval_records_path, provenance_path, provenance)
 
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED', 'truncate_metrics',
@@ -19,12 +19,12 @@ __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RECENT_ROUNDS'
            'wait_target', 'ResumeError', 'progress_line', 'merged_adapter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
-def truncate_metrics(path, last_round:int) -> int:
-    "Keep only rows of rounds <= `last_round` (one per round, the first), rewritten atomically; returns rows kept."
+def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
+    "Keep only rows of rounds <= `last_round` (one per `key`, the first), rewritten atomically; returns rows kept."
     seen, keep = set(), []
     for r in read_jsonl(path):
-        if isinstance(r.get("round"), int) and r["round"] <= last_round and r["round"] not in seen:
-            seen.add(r["round"]); keep.append(r)
+        if isinstance(r.get("round"), int) and r["round"] <= last_round and key(r) not in seen:
+            seen.add(key(r)); keep.append(r)
     if Path(path).exists(): atomic_write(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(keep)
 
@@ -354,7 +354,7 @@ def wait_target(wait_peers:int, # the config's wait_peers
 
 @patch
 def _collect(self:SwarmNode, r:int) -> list:
-    "Groups of other nodes for round r (and up to max_staleness rounds back, newest first), per the wait policy."
+    "Groups of other nodes for round r (and up to max_staleness or top_up_rounds rounds back, newest first), per the wait policy."
     cfg = self.cfg
     deadline = time.monotonic() + (cfg.wait_seconds if cfg.wait_policy == "wait" else 0)
     recent = (self.transport.collect_recent(r - 1, exclude=cfg.node_id, max_staleness=RECENT_ROUNDS - 1)
@@ -362,7 +362,7 @@ def _collect(self:SwarmNode, r:int) -> list:
     # groups the transport has cached (a folder lists them again, the DHT looks each up once more)
     target = wait_target(cfg.wait_peers, {g.node_id for g in recent})
     while True:
-        found = self.transport.collect_recent(r, exclude=cfg.node_id, max_staleness=cfg.max_staleness)
+        found = self.transport.collect_recent(r, exclude=cfg.node_id, max_staleness=max(cfg.max_staleness, cfg.top_up_rounds))
         peers = {g.node_id for g in found if g.round == r}
         if cfg.wait_policy == "none" or len(peers) >= target or time.monotonic() >= deadline: return found
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
@@ -407,16 +407,16 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
         nonlocal t
         now = time.perf_counter(); sec[name] = now - t; t = now
     candidates = self._collect(r) if reads_pool else []; lap("collect")
-    ext, info = (select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id), mix=cfg.mix)
-                 if reads_pool else ([], {}))
+    ext, info = (select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id), mix=cfg.mix,
+                                 fresh_from=r - cfg.max_staleness) if reads_pool else ([], {}))
     ext = [replace(g, prompt=self.format_prompt(tok, g.entry)) for g in ext]  # the question as we rebuilt it
     lap("select")
-    base = self.evaluate() if r == 0 and cfg.eval_every else None  # the base policy, before its first update
+    base = self.evaluate(r, "base") if r == 0 and cfg.eval_every else None  # the base policy, before its first update
     # a completion cut by the length limit (ours, or a peer's by its flag) gets no EOS: the policy is not taught to stop there
     st = self.trainer.step(local + ext) if local or ext else {}
     lap("train")
     due = cfg.eval_every and ((r + 1) % cfg.eval_every == 0 or r + 1 == cfg.rounds)
-    after = self.evaluate() if due else None  # after this round's update
+    after = self.evaluate(r, "final" if r + 1 == cfg.rounds else "curve") if due else None  # after this round's update
     lap("eval")
     if base: sec["eval"] += base.seconds; sec["train"] -= base.seconds
     sec["encode"] = st.get("seconds_encode", 0.0); sec["train"] -= sec["encode"]  # re-encoding text, then the update
@@ -424,8 +424,8 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
     rl = [x for g in local for x in g.rewards]; re_ = [x for g in ext for x in g.rewards]
     row = RoundMetrics(round=r, node_id=cfg.node_id, I=I, J=J, G=cfg.completions_per_question, model=cfg.model,
         reward_local=_mean(rl), reward_external=_mean(re_), reward_train=_mean(rl + re_),
-        frac_zero_std=st.get("frac_zero_std"), pool_available=len(candidates), pool_rejected=self.transport.rejected,
-        pool_selected=len(ext), pool_peers=len({g.node_id for g in candidates}),
+        frac_zero_std=st.get("frac_zero_std"), pool_available=info.get("available", 0), pool_rejected=self.transport.rejected,
+        pool_selected=len(ext), pool_topped_up=info.get("topped_up", 0), pool_peers=len({g.node_id for g in candidates}),
         pool_unusable=sum(info.get("rejected", {}).values()),
         loss=st.get("loss"), clip_frac=(st.get("clip_frac_low", 0) + st.get("clip_frac_high", 0)) if st else None,
         clip_frac_low=st.get("clip_frac_low"), clip_frac_high=st.get("clip_frac_high"), kl=st.get("kl"),
@@ -437,15 +437,21 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
     return row.to_row()
 
 @patch
-def evaluate(self:SwarmNode):
-    "Greedy pass@1 of the policy now on the held-out set (`tasks.eval_items`): an `EvalResult`."
+def evaluate(self:SwarmNode, r:int, when:str="final"):
+    """Greedy pass@1 of the policy after round `r` on the held-out set: all `eval_questions` at 'base' and 'final',
+    the first `eval_curve_questions` at 'curve'. Writes its per-question records to `eval_items.jsonl`; an `EvalResult`."""
     from sapo_nb.evaluation import evaluate
     from sapo_nb.tasks import eval_items
     from sapo_nb.rewards import make_reward_fn
+    cfg = self.cfg
     if getattr(self, "_eval_set", None) is None:
-        self._eval_set = eval_items(self.cfg.mix, self.cfg.eval_questions)
-        self._eval_reward = make_reward_fn(answer_fallback=self.cfg.answer_fallback, partial_credit=False)
-    return evaluate(self.policy, self._eval_set, self.format_prompt, self._eval_reward, self.cfg.max_new_tokens)
+        self._eval_set = eval_items(cfg.mix, cfg.eval_questions)
+        self._eval_reward = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=False)
+    entries = self._eval_set if when != "curve" else self._eval_set[:cfg.eval_curve_questions]
+    res = evaluate(self.policy, entries, self.format_prompt, self._eval_reward, cfg.max_new_tokens)
+    append_jsonl(eval_records_path(cfg), dict(round=r, node_id=cfg.node_id, when=when, mix=cfg.mix, n=res.n,
+                                             pass1=res.pass1, items=res.items))
+    return res
 
 @patch
 def run_round(self:SwarmNode, r:int) -> dict:
@@ -501,25 +507,39 @@ def _apply_changes(self:SwarmNode, state:dict):
         self.log(f"{self.cfg.node_id}: resumed with changed settings, applied from round {state['round'] + 1}: "
                  + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items())))
 
+_dtype_name = lambda d: None if d is None else str(d).removeprefix("torch.")
+
 @patch
 def resume(self:SwarmNode, join_current:bool=False) -> int:
-    "Take the node's lease, restore the newest good checkpoint (or pick the start round), align the metrics; the next round."
+    "Take the node's lease, restore the newest good checkpoint (or pick the start round), record what runs it; the next round."
     if getattr(self, "lease", None) is None: self.lease = NodeLease(self.cfg).acquire()
+    self.round, pol = self._restore(join_current), self.policy
+    append_jsonl(provenance_path(self.cfg), dict(round=self.round, time=time.time(), node_id=self.cfg.node_id, **provenance(
+        str(pol.device), _dtype_name(getattr(pol.model, "dtype", None)), _dtype_name(pol.compute_dtype))))
+    return self.round
+
+@patch
+def _restore(self:SwarmNode, join_current:bool=False) -> int:
+    "Restore the newest good checkpoint and cut the metrics and evaluation records after it, or pick the start round."
     st = load_checkpoint(checkpoint_dir(self.cfg), self.policy, self.trainer.opt,
                          check=self._check_restored, log=self.log)
     if st is None:
         rows = read_jsonl(metrics_path(self.cfg))
         if rows:  # rounds ran but none was checkpointed: start over, cleanly
-            truncate_metrics(metrics_path(self.cfg), -1)
-        self.round = max(self.transport.rounds(), default=0) if join_current else 0
-        return self.round
+            self._cut_records(-1)
+        return max(self.transport.rounds(), default=0) if join_current else 0
     self._apply_changes(st)
     if "stream" in st: self.stream.restore(st["stream"])
     else: self.stream.skip(st["questions_drawn"])
-    truncate_metrics(metrics_path(self.cfg), st["round"])
-    self.round = st["round"] + 1
+    self._cut_records(st["round"])
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
-    return self.round
+    return st["round"] + 1
+
+@patch
+def _cut_records(self:SwarmNode, last_round:int):
+    "Drop the metrics rows and evaluation records of rounds after `last_round`: they are run again."
+    truncate_metrics(metrics_path(self.cfg), last_round)
+    truncate_metrics(eval_records_path(self.cfg), last_round, key=lambda row: (row["round"], row.get("when")))
 
 @patch
 def _checkpoint(self:SwarmNode, r:int):

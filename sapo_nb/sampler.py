@@ -24,15 +24,17 @@ REBUILD_REASONS = {
     "unknown_task": "the task is not in this node's mix",
     "bad_item": "the item cannot be rebuilt under this node's mix (malformed, out of range, unanswerable)",
     "question_mismatch": "the question the peer sent differs from the one rebuilt from its item",
+    "eval_question": "the question is, by text, one of this mix's held-out evaluation questions",
     "score_error": "the local reward function failed on the group's completions",
 }
 
 def _rebuild(g, mix):
     "The locally rebuilt entry of candidate `g`, or the reason it cannot be used."
-    from sapo_nb.tasks import rebuild_item, ItemError
+    from sapo_nb.tasks import rebuild_item, ItemError, is_eval_question
     try: entry = rebuild_item(mix, g.task, g.item)
     except ItemError as e: return None, e.reason
-    return (entry, None) if entry["question"] == g.question else (None, "question_mismatch")
+    if entry["question"] != g.question: return None, "question_mismatch"
+    return (None, "eval_question") if is_eval_question(mix, entry["question"]) else (entry, None)
 
 def _score_all(reward_fn, pairs):
     "Rewards (or the exception) for each (entry, completions) pair, in one batch when the reward function has one."
@@ -118,30 +120,40 @@ def round_rng(seed: int, round: int, node_id: str) -> random.Random:
 
 def _mean(xs): return sum(xs) / len(xs) if xs else None
 
+def _pick(fn, scored:list, J:int, rng) -> list:
+    "What strategy `fn` picks of `scored`, checked to be a list of at most `J` of them."
+    picked = fn(scored, J, rng)
+    ids = {id(g) for g in scored}
+    if not isinstance(picked, list) or len(picked) > J or any(id(g) not in ids for g in picked):
+        raise ValueError(f"strategy {getattr(fn, '__name__', fn)!r} must return a list of at most J={J} of the candidates it was given")
+    return picked
+
 def select_external(candidates: list, # groups from `Transport.collect` (untrusted)
                     J: int, # how many external groups to train on
                     strategy="paper", # a name in STRATEGIES or a callable(candidates, J, rng) -> list
                     reward_fn=None, # local reward_fn(entry, completions) -> list[float]; required
                     rng: random.Random|int|None=None, # generator or seed (default seed 0)
                     mix: str|None=None, # this node's mix, under which every item is rebuilt; required
+                    fresh_from: int|None=None, # candidates of earlier rounds only top J up; None: every candidate is fresh
                    ) -> tuple[list, dict]:
-    "Rebuild and re-score `candidates` locally and pick up to `J`: `(selected, info)`."
+    "Rebuild and re-score `candidates` locally and pick up to `J`, topped up from older rounds when short: `(selected, info)`."
     if not isinstance(J, int) or isinstance(J, bool) or J < 0: raise ValueError(f"J must be an int >= 0, got {J!r}")
     if not callable(reward_fn):
         raise ValueError("select_external needs the local reward_fn: a sender's rewards are never trusted")
     if mix is None: raise ValueError("select_external needs the local mix: items are rebuilt under it, never taken from the sender")
     fn = get_strategy(strategy)
     if not isinstance(rng, random.Random): rng = random.Random(0 if rng is None else rng)
-    scored, rejected = rescore(candidates, reward_fn, mix)
-    picked = fn(scored, J, rng)
-    ids = {id(g) for g in scored}
-    if not isinstance(picked, list) or len(picked) > J or any(id(g) not in ids for g in picked):
-        raise ValueError(f"strategy {getattr(fn, '__name__', fn)!r} must return a list of at most J={J} of the candidates it was given")
+    is_fresh = lambda g: fresh_from is None or (g.round or 0) >= fresh_from
+    fresh, older = [g for g in candidates if is_fresh(g)], [g for g in candidates if not is_fresh(g)]
+    scored, rejected = rescore(fresh, reward_fn, mix)
+    picked = _pick(fn, scored, J, rng)
+    if len(picked) < J and older:  # re-scored only when needed: every completion costs a checker run
+        picked += _pick(fn, [g for g in rescore(older, reward_fn, mix)[0] if has_spread(g)], J - len(picked), rng)
     zero = sum(not has_spread(g) for g in scored)
-    info = dict(strategy=getattr(fn, "__name__", str(fn)), requested=J, available=len(candidates), rejected=dict(rejected),
+    info = dict(strategy=getattr(fn, "__name__", str(fn)), requested=J, available=len(fresh), rejected=dict(rejected),
                 score_errors=rejected["score_error"], zero_spread=zero,
                 zero_spread_dropped=zero if getattr(fn, "drops_zero_spread", False) else 0,
-                selected=len(picked), short=J - len(picked),
+                selected=len(picked), short=J - len(picked), topped_up=sum(not is_fresh(g) for g in picked),
                 selected_zero_spread=sum(not has_spread(g) for g in picked),
                 pool_reward=_mean([r for g in scored for r in g.rewards]),
                 reward_selected=_mean([r for g in picked for r in g.rewards]))

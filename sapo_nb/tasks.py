@@ -4,14 +4,15 @@
 
 # %% ../nbs/02_tasks.ipynb #17cc63b4
 from __future__ import annotations
-import contextlib, copy, functools, hashlib, io, random
+import contextlib, copy, functools, hashlib, io, math, random
 from typing import Any, Iterator
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'TRAIN_SEEDS', 'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES',
-           'mix_components', 'mix_settings', 'make_dataset', 'quiet_item', 'derive_seed', 'TaskStream', 'ItemError',
-           'rebuild_item', 'eval_items', 'build_messages', 'format_prompt']
+__all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'TRAIN_SEEDS', 'TRAIN_SEED_LIMIT', 'EVAL_SET_SIZE', 'SMALL_SPACE_SHARE',
+           'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES', 'mix_components', 'mix_settings', 'make_dataset',
+           'quiet_item', 'question_key', 'component_names', 'space_estimate', 'is_eval_question', 'eval_items',
+           'derive_seed', 'TaskStream', 'ItemError', 'rebuild_item', 'build_messages', 'format_prompt']
 
 # %% ../nbs/02_tasks.ipynb #dd2f481c
 TASK_NAMES = ("base_conversion", "basic_arithmetic", "arc_1d", "bf", "propositional_logic",
@@ -94,6 +95,79 @@ def quiet_item(dataset, idx:int) -> dict:
     "Item `idx` of `dataset`, with anything the generator prints swallowed."
     with contextlib.redirect_stdout(io.StringIO()): return dataset[idx]
 
+# %% ../nbs/02_tasks.ipynb #a525cff0
+ITEM_CHUNK = 500     # items per generated dataset: an item is (component, dataset seed, index < ITEM_CHUNK)
+TRAIN_SEEDS = 2**30  # the held-out evaluation set is generated from seeds at or above this
+TRAIN_SEED_LIMIT = TRAIN_SEEDS - ITEM_CHUNK  # training seeds lie below this, so that seed + index < TRAIN_SEEDS
+EVAL_SET_SIZE = 1024     # questions held out per mix; `eval_items(mix, n)` is the first n of them
+SMALL_SPACE_SHARE = 0.25 # the largest share of a component's question space the evaluation set takes
+
+def question_key(text) -> str:
+    "A question's text as held-out disjointness compares it: whitespace collapsed, case folded."
+    return " ".join(str(text).split()).casefold()
+
+def component_names(mix:str) -> list[str]:
+    "A distinct name per component of `mix`: its task, numbered `task/k` where the mix holds the task more than once."
+    names = [c[0] for c in mix_components(mix)]
+    return [n if names.count(n) == 1 else f"{n}/{k}" for k, n in enumerate(names)]
+
+# %% ../nbs/02_tasks.ipynb #d7f96c17
+def _eval_candidates(mix:str, k:int) -> Iterator[dict]:
+    "Answerable items of component `k` of `mix` from evaluation seeds (chunks `ITEM_CHUNK` apart: no two alias)."
+    from sapo_nb.rewards import is_answerable
+    name, _, cfg = mix_components(mix)[k]
+    for chunk in range(2**20 // ITEM_CHUNK):
+        seed = TRAIN_SEEDS + (k << 20) + chunk * ITEM_CHUNK
+        data = make_dataset(name, seed, ITEM_CHUNK, **cfg)
+        for i in range(ITEM_CHUNK):
+            e = quiet_item(data, i)
+            if is_answerable(e): yield dict(e, task=name, item=dict(component=k, seed=seed, index=i))
+
+def space_estimate(draws:int, distinct:int) -> float:
+    "How many equally likely texts a space holds when `draws` uniform draws gave `distinct` texts: S with S(1 - e^(-draws/S)) = distinct."
+    if distinct >= draws: return math.inf
+    lo, hi = float(distinct), float(distinct)
+    while hi * -math.expm1(-draws / hi) < distinct: hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mid * -math.expm1(-draws / mid) < distinct else (lo, mid)
+    return hi
+
+def _component_cap(mix:str, k:int) -> float:
+    "The most evaluation texts component `k` gives: a share of its question space, estimated from its first chunk."
+    probe = [question_key(e["question"]) for e, _ in zip(_eval_candidates(mix, k), range(ITEM_CHUNK))]
+    return SMALL_SPACE_SHARE * space_estimate(len(probe), len(set(probe)))
+
+@functools.lru_cache(maxsize=8)
+def _eval_set(mix:str) -> tuple:
+    "`(entries, keys)`: the mix's `EVAL_SET_SIZE` held-out questions in order, and the set of their `question_key`s."
+    comps, labels, rng = mix_components(mix), component_names(mix), random.Random(f"sapo-eval:{mix}")
+    sources, n = [_eval_candidates(mix, k) for k in range(len(comps))], len(comps)
+    taken, cap, out, keys = [0] * n, [math.inf] * n, [], set()
+    while len(out) < EVAL_SET_SIZE:
+        live = [k for k in range(n) if taken[k] < cap[k]]
+        if not live: raise RuntimeError(f"mix {mix!r}: fewer than {EVAL_SET_SIZE} distinct evaluation questions")
+        k = rng.choices(live, weights=[comps[j][1] for j in live])[0]
+        e = next(sources[k])
+        if question_key(e["question"]) not in keys:
+            keys.add(question_key(e["question"])); out.append(dict(e, component_name=labels[k])); taken[k] += 1
+        elif cap[k] == math.inf: cap[k] = _component_cap(mix, k)  # a repeat: the space may be small, so measure it
+    return tuple(out), frozenset(keys)
+
+def is_eval_question(mix:str, # a key of `MIXES`
+                     question, # a question text (from a stream, or from a peer: untrusted)
+                    ) -> bool:
+    "True when `question` is, by text, one of `mix`'s held-out evaluation questions."
+    return question_key(question) in _eval_set(mix)[1]
+
+def eval_items(mix:str="paper", # a key of `MIXES`
+               n:int=64,        # how many questions: the first n of the mix's held-out set
+              ) -> list[dict]:
+    "The held-out evaluation questions of `mix`: fixed, the same everywhere, no text of them in a training stream."
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= EVAL_SET_SIZE:
+        raise ValueError(f"n: got {n!r}; allowed: an integer in 1..{EVAL_SET_SIZE}")
+    return copy.deepcopy(list(_eval_set(mix)[0][:n]))
+
 # %% ../nbs/02_tasks.ipynb #43fbb155
 def derive_seed(*parts) -> int:
     "A stable 31-bit seed from any printable parts (same parts, same seed, in every process)."
@@ -101,9 +175,6 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(h[:8], "big") % (2**31 - 1)
 
 # %% ../nbs/02_tasks.ipynb #3c1a41da
-ITEM_CHUNK = 500     # items per generated dataset: an item is (component, dataset seed, index < ITEM_CHUNK)
-TRAIN_SEEDS = 2**30  # training datasets have seeds below this; the held-out evaluation set has seeds above it
-
 class TaskStream:
     "An endless, deterministic stream of ReasoningGym questions for one node."
     def __init__(self,
@@ -127,29 +198,32 @@ class TaskStream:
         self._pos, self._chunk, self._data, self._seeds = [0] * n, [0] * n, [None] * n, [None] * n
         self.drawn = 0                     # questions handed out so far
         self.dropped = 0                   # generated items skipped because no answer can win them
+        self.held_out = 0                  # generated items skipped because their text is an evaluation question
 
     def _item(self, k:int) -> dict:
         "The next item of component `k` (reseeding when its chunk is used up), tagged with its `task` and `item`."
         if self._pos[k] >= self.chunk_size: self._chunk[k], self._pos[k], self._data[k] = self._chunk[k] + 1, 0, None
         name, _, cfg = self.components[k]
         if self._data[k] is None:
-            self._seeds[k] = derive_seed(self.stream_seed, k, name, self._chunk[k]) % TRAIN_SEEDS
+            self._seeds[k] = derive_seed(self.stream_seed, k, name, self._chunk[k]) % TRAIN_SEED_LIMIT
             self._data[k] = make_dataset(name, self._seeds[k], ITEM_CHUNK, **cfg)
         self._pos[k] += 1
         entry = quiet_item(self._data[k], self._pos[k] - 1)
         return dict(entry, task=name, item=dict(component=self._in_mix[k], seed=self._seeds[k], index=self._pos[k] - 1))
 
     def _question(self) -> dict:
-        "Pick a component by weight, then its next answerable item."
+        "Pick a component by weight, then its next answerable item whose text is not an evaluation question."
         from sapo_nb.rewards import is_answerable
         k = self._rng.choices(range(len(self.components)), weights=self._weights)[0]
         for _ in range(100):
             entry = self._item(k)
-            if is_answerable(entry):
+            if not is_answerable(entry): self.dropped += 1
+            elif is_eval_question(self.mix, entry["question"]): self.held_out += 1
+            else:
                 self.drawn += 1
                 return entry
-            self.dropped += 1
-        raise RuntimeError(f"task {self.components[k][0]!r}: 100 generated items in a row had no winning answer; check its config")
+        raise RuntimeError(f"task {self.components[k][0]!r}: 100 generated items in a row had no winning answer "
+                           "or were evaluation questions; check its config")
 
     def next(self, n:int=1) -> list[dict]:
         "The next `n` questions (ReasoningGym entries)."
@@ -168,7 +242,7 @@ class TaskStream:
 @patch
 def position(self:TaskStream) -> dict:
     "Where the stream stands, as plain JSON numbers: what `restore` needs to continue it exactly."
-    return dict(drawn=self.drawn, dropped=self.dropped, rng=list(self._rng.getstate()[1]),
+    return dict(drawn=self.drawn, dropped=self.dropped, held_out=self.held_out, rng=list(self._rng.getstate()[1]),
                 chunk=list(self._chunk), pos=list(self._pos))
 
 @patch
@@ -188,7 +262,9 @@ def restore(self:TaskStream, position:dict):
     self._rng.setstate((3, tuple(state), None))
     n = len(self.components)
     self._chunk, self._pos, self._data, self._seeds = list(chunk), list(pos), [None] * n, [None] * n  # data regenerated on use
-    self.drawn, self.dropped = drawn, dropped
+    held_out = position.get("held_out", 0)  # positions saved before evaluation texts were skipped have none
+    if not (type(held_out) is int and held_out >= 0): raise ValueError("stream position: 'held_out' must be an integer >= 0")
+    self.drawn, self.dropped, self.held_out = drawn, dropped, held_out
     return self
 
 # %% ../nbs/02_tasks.ipynb #09f94489
@@ -214,33 +290,12 @@ def rebuild_item(mix:str,  # this node's mix: items are rebuilt under its defini
     comps = mix_components(mix)
     if not isinstance(task, str) or task not in {c[0] for c in comps}: raise ItemError("unknown_task", f"{str(task)[:40]!r} is not in mix {mix!r}")
     if not (isinstance(item, dict) and set(item) == {"component", "seed", "index"} and _is_int(item["component"], len(comps))
-            and _is_int(item["seed"], TRAIN_SEEDS) and _is_int(item["index"], ITEM_CHUNK)): raise ItemError("bad_item", "malformed item")
+            and _is_int(item["seed"], TRAIN_SEED_LIMIT) and _is_int(item["index"], ITEM_CHUNK)): raise ItemError("bad_item", "malformed item")
     if comps[item["component"]][0] != task: raise ItemError("bad_item", f"component {item['component']} of {mix!r} is not {task!r}")
     from sapo_nb.rewards import is_answerable
     entry = quiet_item(_component_dataset(mix, item["component"], item["seed"]), item["index"])
     if not is_answerable(entry): raise ItemError("bad_item", "the item has no winning answer")
     return dict(entry, task=task, item=dict(item))
-
-# %% ../nbs/02_tasks.ipynb #4b9809b7
-@functools.lru_cache(maxsize=8)
-def _eval_items(mix:str, n:int) -> tuple:
-    from sapo_nb.rewards import is_answerable
-    comps, rng = mix_components(mix), random.Random(f"sapo-eval:{mix}")
-    data = [make_dataset(name, TRAIN_SEEDS + k, ITEM_CHUNK, **cfg) for k, (name, _, cfg) in enumerate(comps)]
-    pos, out = [0] * len(comps), []
-    while len(out) < n:
-        k = rng.choices(range(len(comps)), weights=[w for _, w, _ in comps])[0]
-        if pos[k] >= ITEM_CHUNK: raise RuntimeError(f"mix {mix!r}: fewer than {n} answerable evaluation items")
-        entry = quiet_item(data[k], pos[k]); pos[k] += 1
-        if is_answerable(entry): out.append(dict(entry, task=comps[k][0], item=dict(component=k, seed=TRAIN_SEEDS + k, index=pos[k] - 1)))
-    return tuple(out)
-
-def eval_items(mix:str="paper", # a key of `MIXES`
-               n:int=64,        # how many questions
-              ) -> list[dict]:
-    "The held-out evaluation questions of `mix`: fixed, the same everywhere, never in a training stream."
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096: raise ValueError(f"n: got {n!r}; allowed: an integer in 1..4096")
-    return copy.deepcopy(list(_eval_items(mix, n)))
 
 # %% ../nbs/02_tasks.ipynb #530df7f5
 SYSTEM_PROMPT = ("You are a careful problem solver. Think the problem through step by step. When you are done, "
