@@ -109,9 +109,9 @@ def environment() -> dict:
 
 
 def land(run, saved, a, committed, repo, what) -> bool:
-    "Copy a finished run's config and metrics (never its checkpoints) into the repository, with the plan record, and commit them."
+    "Copy a finished run's config, metrics, evaluation records and provenance (never its checkpoints) into the repository, with the plan record, and commit them."
     src, dst = Path(run["dir"]), Path(saved["dir"])
-    for f in [src / "config.json", *sorted((src / "logs").glob("*/metrics.jsonl"))]:
+    for f in [src / "config.json", *sorted(p for n in ("metrics", "eval_items", "provenance") for p in (src / "logs").glob(f"*/{n}.jsonl"))]:
         (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, dst / f.relative_to(src))
     if "strong" in committed and run.get("config") != "strong":
         model = next(c.model for c in run["cfgs"] if c.node_id == committed["strong"]["node"])

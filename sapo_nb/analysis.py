@@ -9,22 +9,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .core import PHASES, RoundMetrics, metric_columns, read_jsonl, read_node_configs, read_run_config
-from .statistics import (UNIT, base_column, base_rate, compare_by_seed, min_p_value, paired_by_seed, per_seed,
-                                seeds_for_alpha, selection_artefact)
+from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value, paired_by_seed, per_seed,
+                                seeds_for_alpha, selection_split, t_interval)
 
 # %% auto #0
-__all__ = ['ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS', 'METRIC_LABELS',
-           'SUMMARY_COLUMNS', 'TABLE_MAX_COLUMNS', 'find_runs', 'config_label', 'run_info', 'synthetic_runs',
-           'load_runs', 'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative',
-           'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_at_base_rates',
-           'seed_comparison', 'config_summary', 'plan_progress', 'seed_table', 'findings', 'effective_window',
-           'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative',
-           'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
-           'compare_with_paper', 'run_summary', 'write_report']
+__all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS',
+           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'TABLE_MAX_COLUMNS', 'find_runs', 'config_label', 'run_provenance',
+           'run_info', 'synthetic_runs', 'load_runs', 'config_shapes', 'config_order', 'resolve_config',
+           'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement', 'compare_configs',
+           'metric_label', 'artefact_along_runs', 'seed_comparison', 'provenance_summary', 'config_summary',
+           'plan_progress', 'metric_units', 'seed_table', 'findings', 'effective_window', 'jump_round', 'aha_rounds',
+           'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_agents',
+           'fig_adaptive_j', 'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
 
-# %% ../nbs/16_analysis.ipynb #5f6dd8a0
+# %% ../nbs/16_analysis.ipynb #4a08edb0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
 _SKIP_DIRS = {"rollouts", "checkpoints", "logs", ".git", "__pycache__"}
+PROVENANCE_COLUMNS = ("commits", "dirty", "cpu", "device")  # per run, from logs/<node_id>/provenance.jsonl; missing: unrecorded
 
 def find_runs(
     path, # a run folder, or any folder with run folders below it
@@ -47,11 +48,23 @@ def config_label(nodes:list) -> str|None:
     if any(_is_adaptive(n.get("adaptive", "off")) for n in nodes): return "adaptive"
     return "+".join(sorted({f"{n.get('local_questions', '?')}/{n.get('external_questions', '?')}" for n in nodes}))
 
+# %% ../nbs/16_analysis.ipynb #c32c13f0
+def run_provenance(
+    run_dir, # the run folder
+) -> dict: # commits, dirty, cpu, device: None where no node start recorded it
+    "What code and machine ran a run, over every node and every start: the set of commits, any dirty tree, CPUs, devices."
+    starts = [r for f in sorted(Path(run_dir).glob("logs/*/provenance.jsonl")) for r in read_jsonl(f) if isinstance(r, dict)]
+    vals = lambda k: sorted({str(r[k]) for r in starts if r.get(k) not in (None, "")})
+    commits = [c for c in vals("commit") if re.fullmatch(r"[0-9a-f]{40}", c)]
+    dirty = [r["dirty"] for r in starts if isinstance(r.get("dirty"), bool)]
+    return dict(commits=",".join(commits) or None, dirty=any(dirty) if dirty else None,
+                cpu="; ".join(vals("cpu")) or None, device=", ".join(vals("device")) or None)
+
 def run_info(
     run_dir, # the run folder
     root=None, # the folder the search started from: `run` is named relative to it
-) -> dict: # run, config (None when nothing names it), seed
-    "The labels of one run: its name, its configuration and its seed."
+) -> dict: # run, config (None when nothing names it), seed, and `run_provenance`'s commits, dirty, cpu, device
+    "The labels of one run: its name, its configuration, its seed, and what code and machine ran it."
     run_dir = Path(run_dir).resolve(); root = Path(root).resolve() if root is not None else run_dir
     rel = run_dir.relative_to(root).as_posix() if run_dir != root and run_dir.is_relative_to(root) else ""
     nodes = read_run_config(run_dir)
@@ -60,7 +73,7 @@ def run_info(
     else:
         seeds = [n["seed"] for n in nodes if isinstance(n.get("seed"), int) and not isinstance(n.get("seed"), bool)]
         config, seed = config_label(nodes), (min(seeds) if seeds else 0)
-    return dict(run=rel or run_dir.name, config=config, seed=seed)
+    return dict(run=rel or run_dir.name, config=config, seed=seed, **run_provenance(run_dir))
 
 # %% ../nbs/16_analysis.ipynb #5294e113
 def synthetic_runs(
@@ -118,7 +131,7 @@ def synthetic_runs(
     return root
 
 # %% ../nbs/16_analysis.ipynb #cf538de0
-ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive")
+ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive")  # then the metrics, then `PROVENANCE_COLUMNS`
 METRIC_COLUMNS = metric_columns()  # `core.RoundMetrics`, flattened; held-out columns are NaN where not evaluated
 
 
@@ -150,8 +163,8 @@ def load_runs(
             for r in map(_flat_row, read_jsonl(f)):
                 if r is not None: rows.append({**r, **info, "node_id": node, "adaptive": adaptive})
     df = pd.DataFrame(rows)
-    extra = sorted(c for c in df.columns if c not in ID_COLUMNS + METRIC_COLUMNS)
-    df = df.reindex(columns=[*ID_COLUMNS, *METRIC_COLUMNS, *extra])
+    extra = sorted(c for c in df.columns if c not in ID_COLUMNS + METRIC_COLUMNS + PROVENANCE_COLUMNS)
+    df = df.reindex(columns=[*ID_COLUMNS, *METRIC_COLUMNS, *PROVENANCE_COLUMNS, *extra])
     for c in (*METRIC_COLUMNS, *extra):
         if c == "model": continue
         col = df[c]
@@ -322,7 +335,7 @@ def compare_configs(
     x, y = tot[tot.config == a].total, tot[tot.config == b].total
     return dict(config_a=a, config_b=b, mean_a=float(x.mean()), mean_b=float(y.mean()), **permutation_test(x, y, **kwargs))
 
-# %% ../nbs/16_analysis.ipynb #c8215251
+# %% ../nbs/16_analysis.ipynb #a856eff9
 HEADLINE = (("eval_pass1", "final"), ("eval_pass1", "area"), ("reward_local", "sum"))  # what the policies are judged by
 SEED_METRICS = (*HEADLINE, ("reward_train", "sum"))  # (column, `per_seed` summary): the headline, then the paper's metric
 METRIC_LABELS = {("eval_pass1", "final"): "held-out pass@1, final", ("eval_pass1", "area"): "held-out pass@1, area",
@@ -333,43 +346,46 @@ def metric_label(metric:str, summary:str="sum") -> str:
     "How tables name a metric with its per-seed summary."
     return METRIC_LABELS.get((metric, summary), f"{metric} ({summary})")
 
-
-def artefact_at_base_rates(
+def artefact_along_runs(
     df:pd.DataFrame, # from `load_runs`
-    first:int|None=None, # early rounds that estimate the base rate; None: 10% of the run, at most 10
-    rounds:int=1000, # rounds simulated per configuration
-    strategy="paper", # the selection rule simulated
-    seed:int=0, # random seed of the simulation
-) -> pd.DataFrame: # config, p, I, J, G, agents, artefact_pct
-    "Per configuration: its early base rate and the improvement the paper's metric shows at that rate when no node learns."
-    sh, p, rows = config_shapes(df), base_rate(df, first), []
-    for c in config_order(df):
-        I, J, G, n, pc = sh.I[c], sh.J[c], sh.G[c], int(sh.agents[c]), float(p.get(c, np.nan))
-        fixed = not sh.adaptive[c] and pd.notna(I) and pd.notna(J) and pd.notna(G) and I >= 1 and 0 < pc <= 1
-        art = (0.0 if J == 0 else selection_artefact(pc, int(I), int(J), G=int(G), nodes=n, rounds=rounds, strategy=strategy,
-                                                     seed=seed)) if fixed else np.nan
-        rows.append(dict(config=c, p=pc, I=I, J=J, G=G, agents=n, artefact_pct=art))
-    return pd.DataFrame(rows)
+    window:int=11, # rounds of the moving average of the success rate, see `statistics.selection_split`
+) -> pd.DataFrame: # config, runs, concentration, train_minus_local, selection_gap, beyond_selection, train_vs_local_pct, artefact_pct
+    "Per configuration, means over its runs of `statistics.selection_split`: the measured gap beside the selection's part."
+    cols = ["concentration", "train_minus_local", "selection_gap", "beyond_selection", "train_vs_local_pct", "artefact_pct"]
+    s = selection_split(df, window)
+    if s.empty: return pd.DataFrame(columns=["config", "runs", *cols])
+    t = s.groupby("config")[cols].mean().assign(runs=s.groupby("config").run.nunique())
+    return t.reindex([c for c in config_order(df) if c in t.index]).reset_index()[["config", "runs", *cols]]
 
 def seed_comparison(
     df:pd.DataFrame, # from `load_runs`
     baseline:str|None=None, # the baseline configuration (name or 'I/J'); None: the one with J=0
     metrics=SEED_METRICS, # columns, or (column, summary) pairs; see `statistics.per_seed`
-    **kwargs, # passed to `statistics.compare_by_seed` (alpha, effect, power, n_boot, n_perm, seed)
-) -> pd.DataFrame: # one row per metric and configuration: `compare_by_seed`'s fields
-    "Every configuration against the baseline on each metric, with the swarm run as the unit, paired by seed."
-    base, rows = resolve_config(df, baseline), []
+    endpoints=HEADLINE, # the family Holm adjusts across, per configuration (the others get no adjusted p)
+    margins:dict|None=None, # (column, summary) -> equivalence margin in the metric's units, stated in advance
+    **kwargs, # passed to `statistics.compare_by_seed` (alpha, effect, power, margin_pct, mixed_commits, n_perm, seed)
+) -> pd.DataFrame: # one row per metric and configuration: `compare_by_seed`'s fields, label, endpoint, p_holm
+    "Every configuration against the baseline on each metric, paired by seed, Holm-adjusted across the endpoints."
+    base, rows, margins = resolve_config(df, baseline), [], margins or {}
     for m in metrics:
         metric, summary = (m, "sum") if isinstance(m, str) else m
         if metric not in df.columns or df[metric].notna().sum() == 0: continue
-        rows += [dict(label=metric_label(metric, summary), **compare_by_seed(df, metric, c, base, summary, **kwargs))
+        mk = {**kwargs, "margin": margins[(metric, summary)], "margin_pct": None} if (metric, summary) in margins else kwargs
+        rows += [dict(label=metric_label(metric, summary), endpoint=(metric, summary) in set(endpoints),
+                      **compare_by_seed(df, metric, c, base, summary, **mk))
                  for c in config_order(df) if c != base]
-    return pd.DataFrame(rows)
+    t = pd.DataFrame(rows)
+    if t.empty: return t
+    t["p_holm"] = np.nan
+    for _, g in t[t.endpoint].groupby("config_a"): t.loc[g.index, "p_holm"] = holm(g.p_value)
+    return t
 
-# %% ../nbs/16_analysis.ipynb #6f94062f
+# %% ../nbs/16_analysis.ipynb #1f574e5c
 SUMMARY_COLUMNS = ("config", "I", "J", "seeds", "seed_list", "agents", "rounds", "base_pass1", "final_pass1", "final_pass1_sd",
                    "area_pass1", "area_pass1_sd", "reward_local_sum", "reward_local_sum_sd", "paper_metric",
-                   "paper_vs_baseline_pct", "base_rate", "artefact_pct", "effective_J", "batch_groups")
+                   "paper_vs_baseline_pct", "train_vs_local_pct", "artefact_pct", "train_minus_local", "selection_gap",
+                   "beyond_selection", "base_rate", "effective_J", "effective_J_low", "effective_J_high", "topped_up",
+                   "batch_groups", "commits", "dirty", "cpu", "device", "provenance")
 
 def _over_seeds(df:pd.DataFrame, metric:str, summary:str) -> tuple:
     "Mean and sd over seeds of `per_seed`'s value, per configuration (empty where the metric was never logged)."
@@ -377,13 +393,34 @@ def _over_seeds(df:pd.DataFrame, metric:str, summary:str) -> tuple:
     v = per_seed(df, metric, summary).groupby("config").value
     return v.mean(), v.std(ddof=1)
 
+def provenance_summary(df:pd.DataFrame) -> pd.DataFrame: # per config: commits, dirty, cpu, device, provenance
+    "What code and machines ran each configuration's runs, and how many runs recorded nothing."
+    runs = df.reindex(columns=["config", "run", *PROVENANCE_COLUMNS]).drop_duplicates("run")
+    join = lambda s: ", ".join(sorted({x[:12] if s.name == "commits" else x for v in s.dropna() for x in str(v).split(",")})) or None
+    t = runs.groupby("config")[["commits", "cpu", "device"]].agg(join)
+    t["dirty"] = runs.groupby("config").dirty.agg(lambda s: None if s.isna().all() else bool((s == True).any()))  # noqa: E712
+    n, rec = runs.groupby("config").run.nunique(), runs.dropna(subset=["commits"]).groupby("config").run.nunique()
+    rec = rec.reindex(n.index, fill_value=0)
+    t["provenance"] = ["recorded" if r == k else "unrecorded" if r == 0 else f"{k - r} of {k} runs unrecorded"
+                       for r, k in zip(rec, n)]
+    return t
+
+def _effective_j(df:pd.DataFrame) -> pd.DataFrame:
+    "Per configuration: mean pool_selected per node-round with its t interval over seeds, and groups topped up (if logged)."
+    ps = per_seed(df, "pool_selected", "mean")
+    t = pd.DataFrame({c: t_interval(g.value) for c, g in ps.groupby("config")}).T
+    out = pd.DataFrame(dict(effective_J=t["mean"], effective_J_low=t["low"], effective_J_high=t["high"]))
+    out["topped_up"] = df.groupby("config").pool_topped_up.mean() if "pool_topped_up" in df.columns else np.nan
+    return out.astype(float)
+
+# %% ../nbs/16_analysis.ipynb #18d452d8
 def config_summary(
     df:pd.DataFrame, # from `load_runs`
     baseline:str|None=None, # the baseline configuration; None: the one with J=0
-    artefact_rounds:int=1000, # rounds of the no-learning simulation per configuration
-    seed:int=0, # random seed of the simulation
+    mixed_commits:bool=False, # True: pair runs of different commits for `paper_vs_baseline_pct`
+    window:int=11, # moving average of the success rate in the artefact, see `statistics.selection_split`
 ) -> pd.DataFrame: # one row per configuration: `SUMMARY_COLUMNS`
-    "Per configuration, over its seeds: held-out pass@1 (base, final, area), cumulative rewards, the artefact, effective J, batch."
+    "Per configuration, over its seeds: held-out pass@1, cumulative rewards, the artefact, effective J, provenance."
     if df.empty: return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
     sh, order, base = config_shapes(df), config_order(df), resolve_config(df, baseline)
     t = pd.DataFrame(index=pd.Index(order, name="config"))
@@ -398,13 +435,14 @@ def config_summary(
     t["paper_metric"] = _over_seeds(df, "reward_train", "sum")[0]
     rel = {}
     for c in order:
-        pr = paired_by_seed(df, "reward_train", c, base, "sum")
+        pr = paired_by_seed(df, "reward_train", c, base, "sum", mixed_commits)
         rel[c] = 100 * (pr.a.mean() / pr.b.mean() - 1) if len(pr) and pr.b.mean() else np.nan
     t["paper_vs_baseline_pct"] = pd.Series(rel)
-    art = artefact_at_base_rates(df, rounds=artefact_rounds, seed=seed).set_index("config")
-    t["base_rate"], t["artefact_pct"] = art.p, art.artefact_pct
-    t["effective_J"] = df.groupby("config").pool_selected.mean()
+    t = t.join(artefact_along_runs(df, window).set_index("config").drop(columns=["runs", "concentration"]))
+    t["base_rate"] = base_rate(df)
+    t = t.join(_effective_j(df))
     t["batch_groups"] = (df.I + df.pool_selected).groupby(df.config).mean()
+    t = t.join(provenance_summary(df))
     return t.reset_index().reindex(columns=list(SUMMARY_COLUMNS))
 
 # %% ../nbs/16_analysis.ipynb #c0a6f5f0
@@ -425,94 +463,127 @@ def plan_progress(
         rows.append(dict(config=c, planned=len(plan["seeds"]), done=done, partial=partial, missing=missing))
     return pd.DataFrame(rows, columns=["config", "planned", "done", "partial", "missing"])
 
-# %% ../nbs/16_analysis.ipynb #2d7b1447
+# %% ../nbs/16_analysis.ipynb #b9a24729
+def metric_units(metric:str) -> str:
+    "The units a difference of `metric` is in, as sentences and headers name them."
+    return "pass@1" if metric.startswith("eval_") else "reward units" if metric.startswith("reward_") else "metric units"
+
+def _ci(v, lo, hi, f) -> str: return "–" if pd.isna(v) else f(v) + ("" if pd.isna(lo) else f" [{f(lo)}, {f(hi)}]")
+
 def seed_table(
     sc:pd.DataFrame, # from `seed_comparison`
-    alpha:float=0.05, # the level: rows whose seeds cannot reach it show no p-value
+    alpha:float=0.05, # the level: the sign-flip column shows no p-value where its seeds cannot reach it
     artefact:dict|None=None, # config -> no-learning artefact (%) of the paper's metric, shown in its row
 ) -> pd.DataFrame:
-    "`seed_comparison` as a report prints it: intervals in brackets, and no p-value where the seeds cannot reach `alpha`."
-    ci = lambda v, lo, hi, f: "–" if pd.isna(v) else f(v) + ("" if pd.isna(lo) else f" [{f(lo)}, {f(hi)}]")
+    "`seed_comparison` as a report prints it: intervals in brackets with their units, paired t, Holm, sign-flip, TOST."
+    level = f"{100 * (1 - alpha):g}% CI"
+    cols = ["metric", "config", "seeds", "mean", "baseline mean", f"difference [{level}]", f"relative [{level}], % of baseline",
+            "p (paired t)", "p (Holm)", "p (sign-flip)", "equivalence (TOST)", "seeds for +10%"]
+    if sc.empty: return pd.DataFrame(columns=cols)
     pct, num = lambda v: f"{v:+.1f}%", lambda v: f"{v:+.4g}"
-    if sc.empty: return pd.DataFrame(columns=["metric", "config", "seeds", "mean", "baseline mean", "improvement [95% CI]",
-                                               "difference [95% CI]", "p (sign-flip)", "seeds for +10%"])
-    labels = sc["label"] if "label" in sc.columns else [metric_label(m, s) for m, s in zip(sc.metric, sc.summary)]
-    t = pd.DataFrame({
-        "metric": list(labels), "config": sc.config_a, "seeds": sc.seeds, "mean": sc.mean_a, "baseline mean": sc.mean_b,
-        "improvement [95% CI]": [ci(r.rel_pct, r.rel_low_pct, r.rel_high_pct, pct) for r in sc.itertuples()],
-        "difference [95% CI]": [ci(r.diff, r.diff_low, r.diff_high, num) for r in sc.itertuples()],
-        "p (sign-flip)": ["–" if pd.isna(r.p_value) else f"{r.p_value:.3g}" if r.can_reject
-                          else f"n/a: min p {r.min_p:.3g} > {alpha:g}" for r in sc.itertuples()],
-        "seeds for +10%": sc.seeds_needed})
+    eq = lambda r: ("no margin stated" if pd.isna(r.margin) else
+                    f"±{r.margin:.3g}: p = {r.p_equivalence:.3g}" + (", equivalent" if r.equivalent else ", not shown"))
+    t = pd.DataFrame(dict(zip(cols, [
+        sc.label, sc.config_a, sc.seeds, sc.mean_a, sc.mean_b,
+        [_ci(r.diff, r.diff_low, r.diff_high, num) + f" {metric_units(r.metric)}" for r in sc.itertuples()],
+        [_ci(r.rel_pct, r.rel_low_pct, r.rel_high_pct, pct) for r in sc.itertuples()],
+        ["–" if pd.isna(p) else f"{p:.3g}" for p in sc.p_value], ["–" if pd.isna(p) else f"{p:.3g}" for p in sc.p_holm],
+        ["–" if pd.isna(r.p_sign_flip) else f"{r.p_sign_flip:.3g}" if r.can_reject else f"n/a: min p {r.min_p:.3g} > {alpha:g}"
+         for r in sc.itertuples()], [eq(r) for r in sc.itertuples()], sc.seeds_needed])))
     if artefact is not None:
-        t.insert(6, "no-learning artefact", ["" if r.metric != "reward_train" or pd.isna(artefact.get(r.config_a, np.nan))
+        t.insert(7, "no-learning artefact", ["" if r.metric != "reward_train" or pd.isna(artefact.get(r.config_a, np.nan))
                                              else pct(artefact[r.config_a]) for r in sc.itertuples()])
     return t
 
-# %% ../nbs/16_analysis.ipynb #d71da525
+# %% ../nbs/16_analysis.ipynb #ce45b5e5
 def _fmt(v, f="{:.3f}") -> str: return "–" if pd.isna(v) else f.format(v)
 
+def _s(n:int) -> str: return "" if n == 1 else "s"
+
+def _line(r, a:str, alpha:float) -> str:
+    "One endpoint's sentence: the means, the difference and the ratio with their intervals, the tests."
+    lvl, u = f"{100 * (1 - alpha):g}% CI", metric_units(r.metric)
+    ci = "" if pd.isna(r.diff_low) else f" ({lvl} [{r.diff_low:+.3g}, {r.diff_high:+.3g}] {u})"
+    rel = ("" if pd.isna(r.rel_pct) else f", {r.rel_pct:+.1f}% of the baseline" +
+           ("" if pd.isna(r.rel_low_pct) else f" ({lvl} [{r.rel_low_pct:+.1f}%, {r.rel_high_pct:+.1f}%])"))
+    tests = "no test with one seed" if pd.isna(r.p_value) else f"paired t p = {r.p_value:.3g}" + (
+        "" if pd.isna(r.p_holm) else f", Holm-adjusted p = {r.p_holm:.3g}")
+    check = (f"; sign-flip check p = {r.p_sign_flip:.3g}" if r.can_reject else
+             f"; the sign-flip check cannot reach {alpha:g} with {r.seeds} seed{_s(r.seeds)}") if r.seeds else ""
+    eq = "" if pd.isna(r.margin) else (f"; equivalent within ±{r.margin:.3g} {u} (TOST p = {r.p_equivalence:.3g})" if r.equivalent
+                                       else f"; not shown equivalent within ±{r.margin:.3g} {u} (TOST p = {_fmt(r.p_equivalence, '{:.3g}')})")
+    return (f"- **{r.label}**: {r.mean_a:.4g} against {r.mean_b:.4g}, a difference of {r.diff:+.3g} {u}{ci}{rel}; {a} ahead "
+            f"in {r.seeds_ahead} of {r.seeds} seed{_s(r.seeds)}; {tests}{check}{eq}.")
+
+# %% ../nbs/16_analysis.ipynb #3747914e
+def _verdict(head:pd.DataFrame, a:str, b:str, alpha:float, effect:float) -> str:
+    "The verdict over one comparison's endpoints: findings only where the Holm-adjusted paired t test rejects."
+    n = int(head.seeds.max()) if len(head) else 0
+    if n == 0: return "**No conclusion**: no seed has run both configurations with these metrics."
+    if n == 1: return "**No conclusion yet**: one paired seed gives a difference, but no interval and no test."
+    sig, lvl = head[head.p_holm <= alpha], f"{100 * (1 - alpha):g}% CI"
+    said = [f"{a} is {side} {b} on " + ", ".join(f"{r.label} (Holm-adjusted p = {r.p_holm:.3g})" for r in g.itertuples())
+            for side, g in (("above", sig[sig["diff"] > 0]), ("below", sig[sig["diff"] < 0])) if len(g)]
+    rest = head[~head.index.isin(sig.index)]
+    eqv = [f"equivalent within ±{r.margin:.3g} {metric_units(r.metric)} on {r.label}" for r in rest.itertuples() if r.equivalent]
+    null = [f"{r.label} ({lvl} [{r.diff_low:+.3g}, {r.diff_high:+.3g}] {metric_units(r.metric)})"
+            for r in rest.itertuples() if not r.equivalent]
+    out = [f"**{'; '.join(said)}**" if said else ""] + [f"**{'; '.join(eqv)}**" if eqv else ""]
+    if null: out.append(f"{'No difference detected' if not said else 'no difference detected'} on " + ", ".join(null))
+    check = ("" if not len(sig) or sig.can_reject.all() else f" The exact sign-flip check cannot reach {alpha:g} with "
+             f"{n} seeds, so {'this rests' if len(sig) == 1 else 'these rest'} on the t test's normality assumption.")
+    first = head[head.detectable.notna()]
+    power = (f" With {n} seeds the paired t test detects ±{first.detectable.iloc[0]:.3g} {metric_units(first.metric.iloc[0])} "
+             f"({first.detectable_pct.iloc[0]:.1f}% of the baseline) on {first.label.iloc[0]} with 80% power; "
+             f"a {100 * effect:+.0f}% effect needs {first.seeds_needed.iloc[0]:.0f} seeds." if len(first) else "")
+    return ("; ".join(x for x in out if x) + f" at {n} paired seeds (paired t, Holm-adjusted across {len(head)} "
+            f"endpoint{_s(len(head))})." + check + power)
+
+# %% ../nbs/16_analysis.ipynb #cae0f9d9
+def _artefact_sentence(r) -> str:
+    "The paper's metric beside what the selection rule alone gives along the configuration's runs."
+    if r.get("J") == 0 or pd.isna(r.get("artefact_pct", np.nan)) or pd.isna(r.get("train_minus_local", np.nan)): return ""
+    return (f" Its own split: Σ reward_train − Σ reward_local = {r.train_minus_local:+.3g} reward units "
+            f"({r.train_vs_local_pct:+.1f}% of Σ reward_local), of which nodes that never learn would show "
+            f"{r.selection_gap:+.3g} ({r.artefact_pct:+.1f}%) from the selection rule alone along these runs' success rates; "
+            f"the external groups brought {r.beyond_selection:+.3g} beyond it (means over seeds).")
+
+# %% ../nbs/16_analysis.ipynb #55c0871f
 def findings(
     cs:pd.DataFrame, # from `config_summary`
     sc:pd.DataFrame, # from `seed_comparison`
     alpha:float=0.05, # the level of the tests
     effect:float=0.10, # the relative effect the power sentence is about (the one `seed_comparison` used)
-    headline=HEADLINE, # the (metric, summary) pairs the verdict is about
+    headline=HEADLINE, # the (metric, summary) pairs the verdict is about (Holm's family in `seed_comparison`)
     learning:bool=True, # open with how much each configuration learned (False: a second comparison of the same runs)
 ) -> str: # Markdown
-    "What the runs show, in a few sentences computed from the tables: learning, each headline difference, the verdict."
+    "What the runs show, in a few sentences computed from the tables: learning, each endpoint with its interval, the verdict."
     if cs.empty: return "**No run has landed yet**, so there is nothing to report: every table above is empty."
-    c = cs.set_index("config"); out = []
+    c, out = cs.set_index("config"), []
     if learning and c.final_pass1.notna().any():
         out.append("**Learning.** " + "; ".join(
             f"{k}: held-out pass@1 {_fmt(r.base_pass1)} before training, {_fmt(r.final_pass1)} at the end "
             f"({_fmt(r.final_pass1 - r.base_pass1, '{:+.3f}')}), {_fmt(r.area_pass1)} "
-            f"over the run ({r.seeds} seed{'s' if r.seeds != 1 else ''})" for k, r in c.iterrows()) + ".")
+            f"over the run ({r.seeds} seed{_s(r.seeds)})" for k, r in c.iterrows()) + ".")
     elif learning: out.append("**These runs have no held-out evaluation**: only the training-side rewards can be compared.")
     if sc.empty:
-        out.append(f"**No comparison yet.** Only {', '.join(f'{k} (seed{chr(115) if r.seeds != 1 else str()} {r.seed_list})' for k, r in c.iterrows())} "
+        out.append(f"**No comparison yet.** Only {', '.join(f'{k} (seed{_s(r.seeds)} {r.seed_list})' for k, r in c.iterrows())} "
                    "has runs: no seed has run two configurations, so nothing can be said about sharing.")
         return "\n\n".join(out)
+    sc = sc if "p_holm" in sc.columns else sc.assign(p_holm=np.nan)
     for a, s in sc.groupby("config_a", sort=False):
-        b = s.config_b.iloc[0]; lines = []
-        for r in s.itertuples():
-            if r.seeds == 0: continue
-            ci = "" if pd.isna(r.diff_low) else f", 95% interval over seeds [{r.diff_low:+.3g}, {r.diff_high:+.3g}]"
-            rel = "" if pd.isna(r.rel_pct) else f" ({r.rel_pct:+.1f}%)"
-            p = (f"p = {r.p_value:.3g} (sign-flip{', the smallest these seeds can give' if r.p_value <= r.min_p + 1e-12 else ''})"
-                 if r.can_reject else
-                 f"no p-value: {r.seeds} seed{'s' if r.seeds != 1 else ''} cannot reach p ≤ {alpha:g}")
-            line = (f"- **{r.label}**: {r.mean_a:.4g} against {r.mean_b:.4g}, a difference of {r.diff:+.3g}{rel}{ci}; "
-                    f"{a} ahead in {r.seeds_ahead} of {r.seeds} seed{'s' if r.seeds != 1 else ''}; {p}.")
-            if r.metric == "reward_train" and a in c.index and pd.notna(c.artefact_pct[a]):
-                line += (f" Nodes that never learn would show {c.artefact_pct[a]:+.1f}% on it from the selection rule alone, "
-                         f"at {a}'s early success rate of {c.base_rate[a]:.2f}: read the two side by side.")
-            lines.append(line)
+        b = s.config_b.iloc[0]
+        lines = [_line(r, a, alpha) + (_artefact_sentence(c.loc[a]) if r.metric == "reward_train" and a in c.index else "")
+                 for r in s.itertuples() if r.seeds]
         if a in c.index and pd.notna(c.effective_J[a]):
-            lines.append(f"- **Batch.** {a} trained on {c.effective_J[a]:.2f} external groups a round (J = {c.J[a]:.0f}), "
-                         f"{c.batch_groups[a]:.2f} groups in all, against {c.batch_groups[b]:.2f} for {b}.")
-        out.append(f"**{a} against {b}, paired by seed** (one number per swarm run; a percentile bootstrap over a handful of "
-                   "seeds is too narrow, so the sign-flip test decides):\n\n" + "\n".join(lines))
-        head = s[[(m, u) in set(headline) for m, u in zip(s.metric, s.summary)]]
-        n = int(head.seeds.max()) if len(head) else 0
-        first = head[head.seeds_needed.notna()]
-        power = (f" At the spread between seeds seen so far, a {100 * effect:+.0f}% effect on {first.label.iloc[0]} needs "
-                 f"{first.seeds_needed.iloc[0]:.0f} seeds." if len(first) else
-                 " Fewer than two paired seeds give no spread between seeds, so the seeds an effect needs cannot be estimated yet.")
-        need = seeds_for_alpha(alpha)
-        if n == 0: verdict = "**No conclusion**: no seed has run both configurations with these metrics."
-        elif n < need:
-            verdict = (f"**Underpowered: no conclusion yet.** With {n} paired seed{'s' if n != 1 else ''} no two-sided test "
-                       f"can reach p ≤ {alpha:g} (the smallest possible p is {min_p_value(n):.3g}); that takes {need} seeds.")
-        else:
-            sig = head[head.can_reject & (head.p_value <= alpha)]
-            said = [f"{a} is {side} {b} on " + ", ".join(f"{r.label} (p = {r.p_value:.3g})" for r in g.itertuples())
-                    for side, g in (("above", sig[sig["diff"] > 0]), ("below", sig[sig["diff"] < 0])) if len(g)]
-            verdict = ("**" + "; ".join(said) + f"** at {n} paired seeds (each metric tested at {alpha:g}, no correction for "
-                       f"testing {len(head)})." if len(sig) else
-                       f"**No significant difference** between {a} and {b} on the headline metrics at {n} paired seeds "
-                       f"(each tested at {alpha:g}).")
-        out.append(verdict + power)
+            lines.append(f"- **Batch.** {a} trained on {c.effective_J[a]:.2f} external groups a round (J = {c.J[a]:.0f}"
+                         + ("" if pd.isna(c.effective_J_low[a]) else f"; {100 * (1 - alpha):g}% CI over seeds "
+                            f"[{c.effective_J_low[a]:.2f}, {c.effective_J_high[a]:.2f}]") + f"), {c.batch_groups[a]:.2f} "
+                         f"groups in all, against {c.batch_groups[b]:.2f} for {b}.")
+        prov = s.provenance.iloc[0] if "provenance" in s.columns else ""
+        out.append(f"**{a} against {b}, paired by seed** (one number per swarm run{'; ' + prov if prov else ''}):\n\n"
+                   + "\n".join(lines))
+        out.append(_verdict(s[[(m, u) in set(headline) for m, u in zip(s.metric, s.summary)]], a, b, alpha, effect))
     return "\n\n".join(out)
 
 # %% ../nbs/16_analysis.ipynb #f75ba326
@@ -789,10 +860,11 @@ def write_report(
     baseline:str|None=None, # the baseline configuration; None: the one with J=0
     delta:float=0.1, # the rise that counts as an 'aha' jump
     aha_window:int=20, # the moving-average window of the aha detection
-    n_boot:int=2000, # bootstrap resamples of the intervals
+    n_boot:int=2000, # bootstrap resamples of the agent-level intervals (the cumulative-reward figure)
     alpha:float=0.05, # the level of the tests and of the power statements
     effect:float=0.10, # the relative effect the power statements are about
-    artefact_rounds:int=1000, # rounds of the no-learning simulation per configuration
+    margin_pct:float|None=None, # equivalence margin of every metric, in % of the baseline's mean, stated in advance
+    mixed_commits:bool=False, # True: compare runs of different recorded commits (the tables say so)
 ) -> Path: # the HTML file written
     "Write a self-contained HTML report (tables and plotly figures, plotly.js inlined) of every run under `path`."
     from plotly.offline import get_plotlyjs
@@ -801,11 +873,11 @@ def write_report(
     out = Path(out_html) if out_html is not None else (path if path.is_dir() else path.parent) / "report.html"
     base = resolve_config(df, baseline)
     imp = improvement(df, base, n_boot=n_boot)
-    cs = config_summary(df, base, artefact_rounds=artefact_rounds)
+    cs = config_summary(df, base, mixed_commits)
     art = cs.set_index("config").rename(columns={"base_rate": "p"})
     cum = imp[["config", "runs", "agents", "cumulative_reward", "improvement_pct", "cumulative_local", "local_improvement_pct"]].assign(
         base_rate=imp.config.map(art.p), artefact_pct=imp.config.map(art.artefact_pct))
-    sc = seed_comparison(df, base, alpha=alpha, effect=effect, n_boot=n_boot)
+    sc = seed_comparison(df, base, alpha=alpha, effect=effect, margin_pct=margin_pct, mixed_commits=mixed_commits)
     cmp = compare_with_paper(df, base, n_boot=n_boot).drop(columns=["ours_ci_low_pct", "ours_ci_high_pct", "ours_p_value"])
     cmp["ours_artefact_pct"] = cmp.ours_config.map(art.artefact_pct)
     aha = aha_rounds(df, delta=delta, window=aha_window)
@@ -827,9 +899,12 @@ def write_report(
              "after the last round, and its mean over the run (normalized area under the held-out curve from the base "
              "evaluation). <b>reward_local_sum</b>: Σ over agents and rounds of the mean reward of each agent's own completions. "
              "<b>paper_metric</b>: the paper's cumulative reward_train; <b>paper_vs_baseline_pct</b> its rise over the baseline "
-             "on the seeds both ran, beside <b>artefact_pct</b>, the rise nodes that never learn would show at the early success "
-             "rate <b>base_rate</b>. <b>effective_J</b>: mean external groups trained on per node-round; <b>batch_groups</b>: mean "
-             "I + effective J.</p>", _table(cs),
+             "on the seeds both ran; <b>train_vs_local_pct</b> its rise over the configuration's own Σ reward_local, beside "
+             "<b>artefact_pct</b>, the rise nodes that never learn would show along the runs' success rates with the measured "
+             "difficulty spread; in reward units <b>train_minus_local</b> = <b>selection_gap</b> + <b>beyond_selection</b>. "
+             "<b>effective_J</b>: mean external groups trained on per node-round, with its 95% t interval over seeds; "
+             "<b>batch_groups</b>: mean I + effective J. <b>commits</b>, <b>dirty</b>, <b>cpu</b>, <b>device</b>: what ran the "
+             "runs; <b>provenance</b>: unrecorded where the runs wrote none.</p>", _table(cs),
              ]
     compared = df.config.nunique() > 1  # one configuration: nothing to compare, so no comparison sections
     if not compared:
@@ -840,9 +915,8 @@ def write_report(
              "<p class='note'><b>cumulative_reward</b> (the paper's metric): Σ over agents and rounds of the agent's mean "
              "reward over its training batch (local + external completions), averaged over runs. <b>cumulative_local</b>: the "
              "same over the agent's own completions only. Improvement: ratio of mean per-agent cumulative rewards − 1. "
-             "<b>artefact_pct</b>: the improvement the paper's metric shows, with this configuration's I, J, G and nodes, when no "
-             "node learns and every completion is right with probability <b>base_rate</b> (the mean reward_local of the first "
-             "rounds): what the selection rule alone produces. Read improvement_pct beside it, not on its own.</p>",
+             "<b>artefact_pct</b>: the rise of the paper's metric over Σ reward_local that the selection rule alone gives along "
+             "this configuration's runs (see the headline table). Read improvement_pct beside it, not on its own.</p>",
              _table(cum),
              f"<h2>Statistics (unit: {e(UNIT)})</h2>",
              "<p class='note'>Agents of one swarm train on the same shared groups and are not independent: the unit is the swarm "
@@ -850,11 +924,13 @@ def write_report(
              "pass@1 at each agent's last evaluation, mean over agents; area: the normalized area under each agent's held-out "
              "curve from the base evaluation, mean over agents. Cumulative reward_local, and reward_train (the paper's metric, "
              "shown beside its no-learning artefact): Σ over agents and rounds. "
-             f"Intervals: bootstrap {n_boot}× over seeds (percentile, 95%; too narrow with few seeds). p: paired sign-flip "
-             f"permutation test, two-sided, exact up to 13 seeds. With n seeds it cannot go below 2/2ⁿ, so fewer than "
-             f"{seeds_for_alpha(alpha)} seeds cannot reach {alpha:g}: such rows show n/a and the smallest possible p. "
-             f"Seeds for +{100 * effect:.0f}%: normal approximation of a paired t-test at 80% power from the between-seed sd of "
-             "the differences.</p>",
+             f"Difference: mean over seeds with its {100 * (1 - alpha):g}% paired t interval, in the metric's units; relative: "
+             "Fieller's interval of the ratio of means, in % of the baseline. p (paired t): two-sided; p (Holm): adjusted "
+             "across the headline endpoints of one configuration, the only p that makes a finding. p (sign-flip): the exact "
+             f"permutation check, which cannot go below 2/2ⁿ, so fewer than {seeds_for_alpha(alpha)} seeds cannot reach "
+             f"{alpha:g}: such rows show n/a and the smallest possible p. Equivalence: TOST against the margin stated in "
+             f"advance, if any. Seeds for +{100 * effect:.0f}%: noncentral t, 80% power, at the between-seed sd of the "
+             "differences.</p>",
              _table(seed_table(sc, alpha, art.artefact_pct.to_dict())) if len(sc) else "<p>No configuration to compare with the baseline.</p>",
              "<ul>" + "".join(f"<li><b>{e(r.label)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>" for r in sc.itertuples()) + "</ul>",
              "<h2>Against the paper</h2><p class='note'>Matched by the share of external rollouts J/(I+J). Absolute "

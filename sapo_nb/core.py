@@ -243,9 +243,9 @@ def provenance(device:str|None=None,        # the device the policy is on ('cpu'
     def version(name):
         try: return md.version(name)
         except md.PackageNotFoundError: return None
-    commit = _git("rev-parse", "HEAD")
+    commit = _git("log", "-1", "--format=%H", "--", ".") or None  # the last commit that changed the package itself
     dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no", "--", "."))
     torch = sys.modules.get("torch")  # read only if already imported: recording provenance never imports torch
-    return dict(commit=commit, dirty=dirty, packages={p: version(p) for p in PROVENANCE_PACKAGES},
+    return dict(commit=commit, dirty=dirty, head=_git("rev-parse", "HEAD"), packages={p: version(p) for p in PROVENANCE_PACKAGES},
                 python=platform.python_version(), cpu=_cpu_model(), cores=os.cpu_count(),
                 threads=torch.get_num_threads() if torch else None, device=device, dtype=dtype, compute_dtype=compute_dtype)

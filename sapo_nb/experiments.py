@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, valid_name
-from .core import experiment_dir, metrics_path, read_jsonl, atomic_write
+from .core import experiment_dir, metrics_path, read_jsonl, atomic_write, provenance
 from .swarm import node_configs, run_inline, parse_override
 from .node import save_model
 
 # %% auto #0
-__all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done', 'run_complete', 'run_plan',
+__all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done', 'run_complete', 'PlanCommitError', 'run_plan',
            'add_experiment_args', 'experiment_main']
 
 # %% ../nbs/17_experiments.ipynb #b3f04830
@@ -20,6 +20,8 @@ _IJ = lambda i, j: {f"{i}-{j}": dict(local_questions=i, external_questions=j)}
 
 _ARITH_RUNS = dict(mix="arith", completions_per_question=4, max_new_tokens=32, eval_every=20, eval_questions=64,
                    checkpoint_every=25)
+
+_DECISIVE_RUNS = dict(_ARITH_RUNS, eval_every=25, eval_questions=512, eval_curve_questions=64, top_up_rounds=2)
 
 PLANS = dict(
     paper=dict(description="the paper's comparison: 8 agents, I+J=8, G=8, 2000 rounds (arXiv 2509.08721)",
@@ -42,6 +44,11 @@ PLANS = dict(
                        preset="cpu", rounds=100, nodes=4, seeds=(0, 1, 2, 3, 4, 5), fields=_ARITH_RUNS,
                        strong=dict(node="node-0", rounds=300, seed=1000, local_questions=4, external_questions=0),
                        configs={**_IJ(4, 0), **_IJ(2, 2)}),
+    decisive=dict(description="the pre-registered answer to 'does sharing help held-out accuracy?': 4/0, 2/2 and the 2/0 "
+                              "control on the arith mix, 4 agents, 100 rounds, final held-out pass@1 on 512 questions that "
+                              "no training stream or peer reaches, 12 paired seeds, then up to 24 (see replication)",
+                  preset="cpu", rounds=100, nodes=4, seeds=tuple(range(24)), fields=_DECISIVE_RUNS,
+                  configs={**_IJ(4, 0), **_IJ(2, 2), **_IJ(2, 0)}),
 )
 
 # %% ../nbs/17_experiments.ipynb #babe8e25
@@ -162,11 +169,30 @@ def _plan_record(resolved:dict) -> dict:
     return {**{k: v for k, v in resolved.items() if k not in ("runs", "strong")}, "runs": [drop(r) for r in resolved["runs"]],
             **({"strong": drop(resolved["strong"])} if "strong" in resolved else {})}
 
-def _write_plan_json(resolved:dict, log):
+class PlanCommitError(ValueError):
+    "A plan whose runs are pinned to one library commit, asked to add runs of another."
+
+def _pin(old:dict|None, resolved:dict, library:dict, other_commit:bool, log) -> dict:
+    "The library (commit, dirty) the plan's runs are pinned to: the one that ran its first rounds; another only when told."
+    pinned = (old or {}).get("library")
+    started = any(any(rounds_done(r["cfgs"]).values()) for r in resolved["runs"])
+    if not (pinned and started) or pinned == library: return library
+    msg = (f"plan {resolved['name']}: its runs are pinned to library commit {pinned.get('commit')} (dirty: "
+           f"{pinned.get('dirty')}); this library is {library['commit']} (dirty: {library['dirty']})")
+    if not other_commit:
+        raise PlanCommitError(f"{msg}. Run it from that commit (git checkout), or pass --other-commit to add runs of this "
+                              "one (the analysis then refuses to pair runs of different commits unless told)")
+    log(f"note: {msg}; adding runs of this commit, as asked")
+    return pinned
+
+def _write_plan_json(resolved:dict, log, other_commit:bool=False, library:dict|None=None):
+    "Write `plan.json`: the resolved plan and the library commit its runs are pinned to (`library`: this checkout's)."
     path = Path(resolved["dir"]) / "plan.json"
     new = _plan_record(resolved)
     try: old = json.loads(path.read_text())
     except (OSError, ValueError): old = None
+    here = provenance() if library is None else library
+    new["library"] = _pin(old, resolved, dict(commit=here["commit"], dirty=here["dirty"]), other_commit, log)
     if old is not None and old.get("configs") != new["configs"]:
         changed = sorted(c for c in {*old.get("configs", {}), *new["configs"]} if old.get("configs", {}).get(c) != new["configs"].get(c))
         log(f"note: the settings of {', '.join(changed)} differ from the last call's; runs already complete are kept as they are")
@@ -213,11 +239,12 @@ def run_plan(
     only=None, # names of the configurations to run (default: all)
     fields:dict|None=None, # any other `SAPOConfig` fields, for every configuration
     keep_checkpoints:bool=False, # keep the checkpoints of finished runs (needed to extend them later)
+    other_commit:bool=False, # add runs of another library commit than the plan's first rounds ran on
     log=print, # where progress lines go
 ) -> list: # one dict per run: config, seed, status ('done' | 'skipped' | 'failed'), seconds, dir, error
     "Run every configuration × seed of a plan one after another, skipping complete runs and resuming partial ones."
     rp = resolve_plan(plan, root, rounds, nodes, seeds, model, only, fields)
-    _write_plan_json(rp, log)
+    _write_plan_json(rp, log, other_commit)
     n, t_plan, summary, spent, work = len(rp["runs"]), time.perf_counter(), [], 0.0, 0
     log(f"plan {rp['name']}: {n} runs, {node_rounds(rp)} node-rounds, results in {rp['dir']}")
     if "strong" in rp and not all(run_complete(r["cfgs"]) for r in rp["runs"]) and not Path(rp["strong"]["model"]).exists():
@@ -261,6 +288,8 @@ def add_experiment_args(parser:argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE,...",
                         help="any other SAPOConfig field for every run, e.g. --set device=cuda,keep_rounds=50 (repeatable)")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep finished runs' checkpoints (to extend them later)")
+    parser.add_argument("--other-commit", action="store_true",
+                        help="add runs of this library commit to a plan whose first rounds ran on another")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved plan and exit")
     return parser
 
@@ -277,7 +306,8 @@ def experiment_main(args:argparse.Namespace) -> int:
     try:
         fields = _fields_from_sets(g("set"))
         if g("dry_run"): print(format_plan(resolve_plan(args.plan, root, fields=fields, **kw))); return 0
-        summary = run_plan(args.plan, root, fields=fields, keep_checkpoints=bool(g("keep_checkpoints")), **kw)
+        summary = run_plan(args.plan, root, fields=fields, keep_checkpoints=bool(g("keep_checkpoints")),
+                           other_commit=bool(g("other_commit")), **kw)
     except (ValueError, FileNotFoundError) as e:  # ConfigError is a ValueError
         print(f"sapo experiment: {e}", file=sys.stderr); return 2
     except KeyboardInterrupt:

@@ -75,8 +75,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sapo_nb.statistics import (compare_by_seed, expected_artefact, paired_bootstrap, paired_by_seed, seed_power,
-                                selection_artefact, sign_flip_test)
+from sapo_nb.statistics import (compare_by_seed, expected_artefact, holm, paired_by_seed, paired_t, seed_power,
+                                seeds_needed, sign_flip_test, simulate_no_learning, t_power, tost)
 
 
 def _scipy_sign_flip(d, alternative, n_resamples=10_000):
@@ -112,34 +112,44 @@ def test_sign_flip_monte_carlo_close_to_scipy():
     assert abs(ours["p_value"] - _scipy_sign_flip(d, "two-sided", 20_000)) < 0.015
 
 
-def test_paired_bootstrap_close_to_scipy():
+def test_paired_t_equals_scipy():
     rng = np.random.default_rng(3)
     b = rng.normal(100, 10, 10); a = b * 1.08 + rng.normal(0, 4, 10)
-    ours = paired_bootstrap(a, b, n_boot=40_000)
-    diff = stats.bootstrap((a - b,), np.mean, n_resamples=40_000, method="percentile", rng=5).confidence_interval
-    rel = stats.bootstrap((a, b), lambda x, y, axis: 100 * (x.mean(axis) / y.mean(axis) - 1), paired=True, vectorized=True,
-                          n_resamples=40_000, method="percentile", rng=5).confidence_interval
-    se = np.std(a - b, ddof=1) / np.sqrt(len(a))
-    assert abs(ours["diff_low"] - diff.low) < 0.1 * se and abs(ours["diff_high"] - diff.high) < 0.1 * se
-    se_rel = 100 * se / b.mean()
-    assert abs(ours["rel_low_pct"] - rel.low) < 0.1 * se_rel and abs(ours["rel_high_pct"] - rel.high) < 0.1 * se_rel
+    ours, ref = paired_t(a, b), stats.ttest_rel(a, b)
+    ci = ref.confidence_interval(0.95)
+    assert math.isclose(ours["p_value"], ref.pvalue, rel_tol=1e-10) and math.isclose(ours["t"], ref.statistic, rel_tol=1e-10)
+    assert math.isclose(ours["diff_low"], ci.low, rel_tol=1e-10) and math.isclose(ours["diff_high"], ci.high, rel_tol=1e-10)
+    for bound in (ours["rel_low_pct"], ours["rel_high_pct"]):  # Fieller: the ratios where the paired t test sits at 0.05
+        assert math.isclose(stats.ttest_1samp(a - (1 + bound / 100) * b, 0).pvalue, 0.05, rel_tol=1e-6)
 
 
-def test_seed_power_reaches_its_power():
-    # the normal approximation, checked by simulation of the test it approximates (a z-test with the sd known)
-    sd, base = 12.0, 100.0
-    plan = seed_power(np.array([-1.0, 1.0] * 4) * sd / np.std([-1, 1] * 4, ddof=1), base)
-    n = plan["seeds_needed"]
-    assert n == max(6, math.ceil(((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * sd / 10) ** 2))
-    means = np.random.default_rng(0).normal(10, sd, (40_000, n)).mean(axis=1)
-    rejected = np.mean(np.abs(means) / (sd / np.sqrt(n)) > stats.norm.ppf(0.975))
-    assert 0.79 < rejected < 0.9
+def test_power_from_noncentral_t_reaches_its_power():
+    # seeds_needed's n, simulated with the t test itself (sd estimated): power at n >= 0.8, at n - 1 below
+    sd, delta = 12.0, 10.0
+    n = seed_power(np.array([-1.0, 1.0] * 4) * sd / np.std([-1, 1] * 4, ddof=1), 100.0)["seeds_needed"]
+    assert n == seeds_needed(delta / sd) == 14
+    for m, ok in ((n, lambda r: r > 0.79), (n - 1, lambda r: r < 0.8)):
+        x = np.random.default_rng(m).normal(delta, sd, (40_000, m))
+        t = x.mean(1) / (x.std(1, ddof=1) / np.sqrt(m))
+        rate = np.mean(np.abs(t) > stats.t.ppf(0.975, m - 1))
+        assert ok(rate) and abs(rate - t_power(m, delta / sd)) < 0.01, (m, rate)
+
+
+def test_holm_by_hand_and_tost_against_scipy():
+    p = np.array([0.04, 0.001, 0.03, 0.2])  # sorted 0.001, 0.03, 0.04, 0.2 -> x4, x3, x2, x1, kept monotone
+    assert np.allclose(holm(p), [0.09, 0.004, 0.09, 0.2])
+    d = np.random.default_rng(2).normal(0.05, 0.2, 9)
+    res = tost(d, 0.3)
+    lo = stats.ttest_1samp(d, -0.3, alternative="greater").pvalue; hi = stats.ttest_1samp(d, 0.3, alternative="less").pvalue
+    assert math.isclose(res["p_value"], max(lo, hi), rel_tol=1e-12) and res["equivalent"] == (max(lo, hi) < 0.05)
 
 
 def test_artefact_closed_form_matches_simulation_small_swarm():
     # a CPU-sized swarm (3 nodes, G=4): the sampler's rule against the derivation, at a low and a middling base rate
     for p in (0.1, 0.3):
-        assert abs(selection_artefact(p, 2, 2, G=4, nodes=3, rounds=3000) - expected_artefact(p, 2, 2, G=4, nodes=3)) < 2.0
+        for k in (None, 2.0):  # questions alike, and spread in difficulty
+            sim = simulate_no_learning(p, 2, 2, G=4, nodes=3, rounds=3000, concentration=k)["artefact_pct"]
+            assert abs(sim - expected_artefact(p, 2, 2, G=4, nodes=3, concentration=k)) < 2.0
 
 
 def test_compare_by_seed_is_paired():
@@ -151,11 +161,26 @@ def test_compare_by_seed_is_paired():
             rows += [dict(run=f"{config}/{s}", config=config, seed=s, node_id="n0", round=0, reward_local=level + shift)]
     df = pd.DataFrame(rows)
     res = compare_by_seed(df, "reward_local", "shared", "base")
-    assert res["p_value"] == 2 / 2 ** 8 and res["seeds"] == 8
+    assert res["p_sign_flip"] == 2 / 2 ** 8 and res["seeds"] == 8 and res["p_value"] < 1e-6
     unpaired = stats.permutation_test((df[df.config == "shared"].reward_local, df[df.config == "base"].reward_local),
                                       lambda x, y: np.mean(x) - np.mean(y), n_resamples=5000, rng=0).pvalue
     assert unpaired > 0.5
     assert list(paired_by_seed(df, "reward_local", "shared", "base")["diff"].round(9)) == [0.5] * 8
+
+
+def test_pairing_refuses_mixed_commits_unless_told():
+    import pandas as pd
+    rows = [dict(run=f"{c}/{s}", config=c, seed=s, node_id="n0", round=0, reward_local=float(s) + (c == "a"),
+                 commits=("1" if c == "a" else "2") * 40) for s in range(3) for c in ("a", "b")]
+    df = pd.DataFrame(rows)
+    with pytest.raises(ValueError, match="come from 2 commits.*mixed_commits=True"):
+        paired_by_seed(df, "reward_local", "a", "b")
+    with pytest.raises(ValueError, match="mixed_commits=True"):
+        compare_by_seed(df, "reward_local", "a", "b")
+    ok = compare_by_seed(df, "reward_local", "a", "b", mixed_commits=True)
+    assert ok["seeds"] == 3 and ok["provenance"].startswith("mixed commits")
+    same = compare_by_seed(df.assign(commits="1" * 40), "reward_local", "a", "b")
+    assert same["provenance"] == "commit " + "1" * 12
 
 
 @SETTINGS
