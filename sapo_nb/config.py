@@ -88,6 +88,7 @@ class SAPOConfig:
     loss_norm: str = _f("token", "'token' (mean over all tokens of the batch), 'sequence' or 'dr_grpo' (constant length)")
     num_iterations: int = _f(1, "optimisation passes over each round's batch; > 1 lets the clip act")
     minibatches: int = _f(1, "optimizer steps per pass (the batch split into this many minibatches)")
+    tis_cap: float = _f(2.0, "truncated importance sampling of a node's own completions: each token's loss is weighted by min(pi_old / pi_sampler, tis_cap), correcting for a sampler that computes in another precision (the bfloat16 sampling copy); 0: off")
     max_grad_norm: float = _f(1.0, "gradient clipping; 0 turns it off")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the backward pass")
     micro_batch_size: int = _f(8, "sequences per forward/backward pass: bounds memory, does not change the update")
@@ -166,7 +167,7 @@ _RULES = dict(
     max_question_chars=_int(1), max_files_per_round=_int(1), max_bytes_per_round=_int(1), max_groups_per_round=_int(1),
     temperature=_num(0, lo_open=True), top_p=_num(0, 1, lo_open=True), learning_rate=_num(0, lo_open=True),
     weight_decay=_num(0), eps_low=_num(0, 1, hi_open=True), eps_high=_num(0), beta=_num(0),
-    adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), wait_seconds=_num(0), adaptive_alpha=_num(0),
+    adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), tis_cap=_num(0), wait_seconds=_num(0), adaptive_alpha=_num(0),
     adaptive_ema=_num(0, 1, hi_open=True), lora_rank=_int(1), lora_alpha=_num(0, lo_open=True), lora_dropout=_num(0, 1, hi_open=True),
     device=(lambda v: valid_device(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
 )

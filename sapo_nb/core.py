@@ -35,6 +35,7 @@ class Group:
     model: str|None = None           # the sender's model name (informational)
     index: int|None = None           # its position in the sender's rollout
     completion_ids: list|None = None # per completion: the token ids this node sampled (own groups only; never published)
+    completion_logprobs: list|None = None # per completion: the sampler's log-prob of each sampled token (own groups only)
 
     @property
     def G(self) -> int: return len(self.completions)
@@ -170,6 +171,7 @@ class RoundMetrics:
     kl: float|None = _m(_number, "KL to the reference policy (when beta > 0)")
     entropy: float|None = _m(_number, "mean token entropy of the trained completions")
     grad_norm: float|None = _m(_number, "gradient norm before clipping")
+    sampler_gap: float|None = _m(_number, "mean |log-prob under the trained policy - under the sampler| of own tokens (`tis_cap`)")
     tokens_generated: int = _m(is_count, "tokens the node sampled this round", 0)
     tokens_trained: int = _m(is_count, "completion tokens in the update", 0)
     truncated: int = _m(is_count, "completions cut by the length limit", 0)

@@ -20,23 +20,36 @@ __all__ = ['PLAIN_HEAD_MODELS', 'encode_batch', 'group_advantages', 'target_logp
            'completion_logprob']
 
 # %% ../nbs/06_grpo.ipynb #13c75e48
-def encode_batch(tokenizer, prompts:list, completions:list, ended:list, max_completion_tokens:int=256) -> dict:
-    "Right-padded `input_ids`, `attention_mask` and `completion_mask` for prompt+completion pairs."
+def encode_batch(tokenizer, prompts:list, completions:list, ended:list, max_completion_tokens:int=256,
+                 completion_ids:list|None=None,       # per row: the sampled token ids (no EOS), or None: the text
+                 completion_logprobs:list|None=None,  # per row: the sampler's log-prob of each trained token, or None
+                ) -> dict:
+    """Right-padded `input_ids`, `attention_mask` and `completion_mask` for prompt+completion pairs, `sampler_logprobs`
+    (`[N, W-1]`, aligned with the loss mask; 0 where not recorded) and `sampled` (`[N]`: the rows that have them)."""
     torch = _torch()
-    seqs, masks = [], []
-    for p, c, e in zip(prompts, completions, ended, strict=True):
+    none = [None] * len(prompts)
+    seqs, masks, lps = [], [], []
+    for p, c, e, ids, lp in zip(prompts, completions, ended, completion_ids or none, completion_logprobs or none,
+                                strict=True):
         p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
-        c_ids = tokenizer(c, add_special_tokens=False, split_special_tokens=True)["input_ids"][:max_completion_tokens]
+        if ids is None: ids = tokenizer(c, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        c_ids = list(ids)[:max_completion_tokens]
         if e and len(c_ids) < max_completion_tokens: c_ids = c_ids + [tokenizer.eos_token_id]
+        if lp is not None and len(lp) < len(c_ids):
+            raise ValueError(f"completion_logprobs: got {len(lp)} log-probs for {len(c_ids)} completion tokens")
         seqs.append(p_ids + c_ids); masks.append([0]*len(p_ids) + [1]*len(c_ids))
+        lps.append(None if lp is None else list(lp[:len(c_ids)]))
     width = max(map(len, seqs))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)
     att = torch.zeros((len(seqs), width), dtype=torch.long)
     cm = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (s, m) in enumerate(zip(seqs, masks)):
+    slp = torch.zeros((len(seqs), width - 1), dtype=torch.float32)
+    for i, (s, m, lp) in enumerate(zip(seqs, masks, lps)):
         ids[i, :len(s)] = torch.tensor(s); att[i, :len(s)] = 1; cm[i, :len(s)] = torch.tensor(m)
-    return dict(input_ids=ids, attention_mask=att, completion_mask=cm)
+        if lp: slp[i, len(s) - len(lp) - 1:len(s) - 1] = torch.tensor(lp)  # token j's log-prob sits at column j-1
+    return dict(input_ids=ids, attention_mask=att, completion_mask=cm, sampler_logprobs=slp,
+                sampled=torch.tensor([lp is not None for lp in lps], dtype=torch.bool))
 
 # %% ../nbs/06_grpo.ipynb #9443a76d
 def group_advantages(rewards:list, eps:float=1e-4) -> tuple:
@@ -176,7 +189,9 @@ def loss_denominator(mask, loss_norm:str="token", max_new_tokens:int=256):
     raise ValueError(f"loss_norm: got {loss_norm!r}; allowed: token, sequence, dr_grpo")
 
 def grpo_loss(logp, old_logp, advantages, mask, denominator, eps_low:float=0.2, eps_high:float=0.28,
-              beta:float=0.0, ref_logp=None) -> tuple:
+              beta:float=0.0, ref_logp=None,
+              weights=None,  # per-token weights of the surrogate (`[B, T]`, no gradient), e.g. `sampler_weights`
+             ) -> tuple:
     "Clipped-surrogate loss (summed over `mask`ed tokens, divided by `denominator`) and per-token stats."
     torch = _torch()
     mask = mask.to(logp.dtype)
@@ -184,6 +199,7 @@ def grpo_loss(logp, old_logp, advantages, mask, denominator, eps_low:float=0.2, 
     ratio = torch.exp(logp - old_logp)
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
     per_token = -torch.min(ratio * A, clipped * A)
+    if weights is not None: per_token = per_token * weights
     kl = None
     if beta > 0:
         d = ref_logp - logp
@@ -213,7 +229,7 @@ class GRPOTrainer:
                  eps_low:float=0.2, eps_high:float=0.28, beta:float=0.0, adv_eps:float=1e-4, loss_norm:str="token",
                  num_iterations:int=1, minibatches:int=1, max_grad_norm:float=1.0, gradient_checkpointing:bool=False,
                  max_new_tokens:int=256, temperature:float=1.0, micro_batch_size:int=8, ref_model=None,
-                 compute_dtype=None, share_prompts:bool=True):
+                 compute_dtype=None, share_prompts:bool=True, tis_cap:float=2.0):
         loss_denominator(_torch().ones(1, 1), loss_norm)  # fail early on a bad name
         self.model, self.tokenizer = model, tokenizer
         self.opt = make_optimizer([p for p in model.parameters() if p.requires_grad], optimizer, learning_rate, weight_decay)
@@ -222,6 +238,7 @@ class GRPOTrainer:
         self.max_new_tokens, self.temperature, self.micro_batch_size = max_new_tokens, temperature, micro_batch_size
         self.compute_dtype = compute_dtype  # autocast dtype of the forward passes (None: the weights' dtype)
         self.share_prompts = share_prompts  # one prompt pass per group (`shared_prompt_logprobs`)
+        self.tis_cap = tis_cap  # cap of own rows' importance weights against the sampler (`sampler_weights`); 0: off
         if beta > 0 and ref_model is None:
             import copy
             ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -238,6 +255,8 @@ class TrainingBatch:
     advantages: object       # [N] float32: the row's group-relative advantage
     groups: list             # groups[i]: the group (so the prompt) row i belongs to
     frac_zero_std: float     # share of groups whose rewards were all equal
+    sampler_logprobs: object = None  # [N, W-1] float32, aligned with `loss_mask`: the sampler's log-prob of each token
+    sampled: object = None   # [N] bool: the rows whose sampler log-probs are recorded (this node's own completions)
 
     def __len__(self): return len(self.groups)
 
@@ -256,29 +275,34 @@ def _chunks(xs, n):
     return out
 
 # %% ../nbs/06_grpo.ipynb #d3354500
-def training_groups(prompts:list, completions:list, rewards:list, ended:list|None=None) -> list:
+def training_groups(prompts:list, completions:list, rewards:list, ended:list|None=None,
+                    completion_ids:list|None=None,       # per group, per completion: the sampled token ids (own groups)
+                    completion_logprobs:list|None=None,  # per group, per completion: the sampler's log-probs
+                   ) -> list:
     "`Group`s to train on from parallel lists: text that does not come from a task stream (tests, benchmarks, other data)."
     ended = ended or [[True] * len(cs) for cs in completions]
-    return [Group(task="", item={}, question=p, completions=list(cs), truncated=[not e for e in es], rewards=list(rs), prompt=p)
-            for p, cs, rs, es in zip(prompts, completions, rewards, ended, strict=True)]
+    ids, lps = (x or [None] * len(prompts) for x in (completion_ids, completion_logprobs))
+    return [Group(task="", item={}, question=p, completions=list(cs), truncated=[not e for e in es], rewards=list(rs),
+                  prompt=p, completion_ids=i, completion_logprobs=lp)
+            for p, cs, rs, es, i, lp in zip(prompts, completions, rewards, ended, ids, lps, strict=True)]
 
 # %% ../nbs/06_grpo.ipynb #6bafe2eb
 @patch
 def prepare_batch(self:GRPOTrainer, groups:list) -> TrainingBatch:
-    "The round's `Group`s as one `TrainingBatch`: advantages per group, every completion re-encoded after its prompt."
+    """The round's `Group`s as one `TrainingBatch`: advantages per group, each completion after its prompt as the ids
+    this node sampled where the group has them (`completion_ids`), else as its text encoded by the local tokenizer."""
     torch = _torch()
     for g in groups:
         if g.prompt is None or g.rewards is None:
             raise ValueError("every group needs its prompt and its rewards (scored by this node) to be trained on")
-    prompts, completions, rewards = [g.prompt for g in groups], [g.completions for g in groups], [g.rewards for g in groups]
-    ended = [g.ended for g in groups]
-    adv, frac_zero = group_advantages(rewards, self.adv_eps)
-    groups, row_prompts, row_texts, row_ended, row_adv = [], [], [], [], []
-    for k, (prompt, texts, ends, advs) in enumerate(zip(prompts, completions, ended, adv, strict=True)):
-        for text, end, a in zip(texts, ends, advs, strict=True):
-            groups.append(k); row_prompts.append(prompt); row_texts.append(text); row_ended.append(end); row_adv.append(a)
-    enc = encode_batch(self.tokenizer, row_prompts, row_texts, row_ended, self.max_new_tokens)
-    return TrainingBatch(**enc, advantages=torch.tensor(row_adv, dtype=torch.float32), groups=groups, frac_zero_std=frac_zero)
+    adv, frac_zero = group_advantages([g.rewards for g in groups], self.adv_eps)
+    rows = []  # per completion: (group, prompt, text, ended, sampled ids, sampler log-probs, advantage)
+    for k, (g, advs) in enumerate(zip(groups, adv, strict=True)):
+        ids, lps = (getattr(g, f) or [None] * g.G for f in ("completion_ids", "completion_logprobs"))  # own groups only
+        rows += zip([k] * g.G, [g.prompt] * g.G, g.completions, g.ended, ids, lps, advs, strict=True)
+    ks, prompts, texts, ended, ids, lps, advs = (list(c) for c in zip(*rows))
+    enc = encode_batch(self.tokenizer, prompts, texts, ended, self.max_new_tokens, ids, lps)
+    return TrainingBatch(**enc, advantages=torch.tensor(advs, dtype=torch.float32), groups=ks, frac_zero_std=frac_zero)
 
 @patch
 def _trained_rows(self:GRPOTrainer, batch:TrainingBatch) -> list:
@@ -309,25 +333,40 @@ def _logprobs(self:GRPOTrainer, model, batch:TrainingBatch, rows:list, input_ids
 
 # %% ../nbs/06_grpo.ipynb #2762e6bc
 @patch
-def frozen_logprobs(self:GRPOTrainer, batch:TrainingBatch, rows:list) -> tuple:
-    '''`(old, ref)`: the token log-probs of `rows` under the policy before any update and under the reference model,
-    each `[N, W-1]` (zeros for rows not listed), or None where not needed: `old` only with more than one optimizer
-    step per batch (with one, the step's own forward pass gives it), `ref` only with `beta > 0`.'''
+def batch_logprobs(self:GRPOTrainer, batch:TrainingBatch, rows:list, model=None):
+    """The token log-probs of `rows` under `model` (the policy by default), computed as training computes them but
+    without gradient, a micro-batch at a time: `[N, W-1]`, zeros for rows not listed."""
     from sapo_nb.models import compute_context
     torch = _torch()
-    several_steps = self.num_iterations > 1 or self.minibatches > 1
-    if not rows or not (several_steps or self.ref_model is not None): return None, None
-    dev = self.model.device
-    blank = lambda: torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=dev)
-    old, ref = (blank() if several_steps else None), (blank() if self.ref_model is not None else None)
+    dev, model = self.model.device, self.model if model is None else model
+    out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=dev)
     with torch.no_grad():
         for mb in self._micro_batches(rows):
             ids, att, _ = self._inputs(batch, mb)
-            at, w = torch.tensor(mb, device=dev), ids.shape[1] - 1
-            with compute_context(self.model, self.compute_dtype):
-                if old is not None: old[at, :w] = self._logprobs(self.model, batch, mb, ids, att).float()
-                if ref is not None: ref[at, :w] = self._logprobs(self.ref_model, batch, mb, ids, att).float()
-    return old, ref
+            with compute_context(self.model, self.compute_dtype): lp = self._logprobs(model, batch, mb, ids, att)
+            out[torch.tensor(mb, device=dev), :ids.shape[1] - 1] = lp.float()
+    return out
+
+@patch
+def frozen_logprobs(self:GRPOTrainer, batch:TrainingBatch, rows:list) -> tuple:
+    '''`(old, ref)`: the token log-probs of `rows` under the policy before any update and under the reference model
+    (`batch_logprobs`), or None where not needed: `old` only with more than one optimizer step per batch (with one,
+    the step's own forward pass gives it), `ref` only with `beta > 0`.'''
+    several_steps = self.num_iterations > 1 or self.minibatches > 1
+    if not rows: return None, None
+    return (self.batch_logprobs(batch, rows) if several_steps else None,
+            self.batch_logprobs(batch, rows, self.ref_model) if self.ref_model is not None else None)
+
+# %% ../nbs/06_grpo.ipynb #0737322a
+@patch
+def sampler_weights(self:GRPOTrainer, batch:TrainingBatch, rows:list, old):
+    '''Truncated importance weights `min(exp(old - sampler), tis_cap)` per token of `rows` (`old`: their log-probs
+    under π_old, `[len(rows), w]`), 1 on rows without sampler log-probs; None if `tis_cap` is 0 or no row has them.'''
+    torch = _torch()
+    if not self.tis_cap or batch.sampled is None or not bool(batch.sampled[rows].any()): return None
+    own = batch.sampled[rows].to(old.device)[:, None]
+    sampler = batch.sampler_logprobs[rows, :old.shape[1]].to(old.device)
+    return torch.where(own, torch.exp(old.detach() - sampler).clamp(max=self.tis_cap), torch.ones_like(old))
 
 # %% ../nbs/06_grpo.ipynb #acc530c3
 @dataclass
@@ -341,6 +380,8 @@ class _StepTotals:
     tokens: float = 0.0     # completion tokens that carried loss
     steps: int = 0          # optimizer steps taken
     grad_norm: float = 0.0  # of the last step, before clipping
+    sampler_gap: float = 0.0     # sum over own tokens of |log π_old - log π_sampler|
+    sampler_tokens: float = 0.0  # own tokens (with sampler log-probs) that carried loss
 
     def add(self, loss:float, stats:dict, entropy:float):
         self.loss += loss; self.entropy += entropy
@@ -362,10 +403,16 @@ def _minibatch_update(self:GRPOTrainer, batch:TrainingBatch, part:list, active:l
         with compute_context(self.model, self.compute_dtype):
             logp, entropy = self._logprobs(self.model, batch, mb, ids, att, with_entropy=True)
         z = Z if Z.ndim == 0 else Z[[part.index(i) for i in mb]]
-        loss, stats = grpo_loss(logp, logp.detach() if old is None else old[at, :w], batch.advantages[mb].to(dev), mask, z,
-                                self.eps_low, self.eps_high, self.beta, None if ref is None else ref[at, :w])
+        old_mb = logp.detach() if old is None else old[at, :w]
+        weights = self.sampler_weights(batch, mb, old_mb)
+        loss, stats = grpo_loss(logp, old_mb, batch.advantages[mb].to(dev), mask, z, self.eps_low, self.eps_high,
+                                self.beta, None if ref is None else ref[at, :w], weights)
         loss.backward()
         totals.add(loss.item(), stats, (entropy * mask).sum().item())
+        if batch.sampled is not None and bool(batch.sampled[mb].any()):  # how far the sampler's numbers were from ours
+            own = mask * batch.sampled[mb].to(dev)[:, None]
+            totals.sampler_gap += ((old_mb - batch.sampler_logprobs[mb, :w].to(dev)).abs() * own).sum().item()
+            totals.sampler_tokens += own.sum().item()
     if self.max_grad_norm > 0: gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
     else: gn = torch.sqrt(sum((p.grad.float()**2).sum() for p in self.model.parameters() if p.grad is not None))
     totals.grad_norm = float(gn)
@@ -391,6 +438,7 @@ def step(self:GRPOTrainer, groups:list) -> dict:
                 kl=totals.kl / n, entropy=totals.entropy / n, grad_norm=totals.grad_norm, steps=totals.steps,
                 tokens_trained=int(totals.tokens), tokens_batch=int(batch.loss_mask.sum()), frac_zero_std=batch.frac_zero_std,
                 reward_mean=float(sum(sum(g.rewards) for g in groups) / max(1, sum(len(g.rewards) for g in groups))),
+                sampler_logprob_gap=totals.sampler_gap / max(totals.sampler_tokens, 1.0),
                 seconds=time.perf_counter() - t0, seconds_encode=t_encode)
 
 # %% ../nbs/06_grpo.ipynb #aedc4438

@@ -311,7 +311,7 @@ class SwarmNode:
             beta=cfg.beta, adv_eps=cfg.adv_eps, loss_norm=cfg.loss_norm, num_iterations=cfg.num_iterations,
             minibatches=cfg.minibatches, max_grad_norm=cfg.max_grad_norm, gradient_checkpointing=cfg.gradient_checkpointing,
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, micro_batch_size=cfg.micro_batch_size,
-            compute_dtype=self.policy.compute_dtype)
+            compute_dtype=self.policy.compute_dtype, tis_cap=cfg.tis_cap)
         self.round = 0
 
     def _check_root(self):
@@ -383,9 +383,11 @@ def begin_round(self:SwarmNode, r:int,
     pairs = list(zip(questions, comps.texts)) if questions else []
     rewards = batch(pairs) if batch and pairs else [self.reward_fn(q, c) for q, c in pairs]
     sec["reward"] = time.perf_counter() - t; t = time.perf_counter()
-    groups = [Group(task=q["task"], item=q["item"], question=q["question"], completions=c, truncated=tr, rewards=list(rw),
-                    entry=q, prompt=p, node_id=cfg.node_id, round=r, model=cfg.model)
-              for q, p, c, tr, rw in zip(questions, prompts, comps.texts if comps else [], comps.truncated if comps else [], rewards)]
+    groups = [Group(task=q["task"], item=q["item"], question=q["question"], completions=comps.texts[k],
+                    truncated=comps.truncated[k], rewards=list(rw), entry=q, prompt=p, node_id=cfg.node_id, round=r,
+                    model=cfg.model, completion_ids=comps.ids[k],  # trained on as sampled; peers get the text
+                    completion_logprobs=None if comps.logprobs is None else comps.logprobs[k])
+              for k, (q, p, rw) in enumerate(zip(questions, prompts, rewards))]
     # the wire carries what a peer needs to rebuild and score each group itself: the item, never our answer or rewards
     if groups: self.transport.publish(r, cfg.node_id, groups, model=cfg.model)
     sec["publish"] = time.perf_counter() - t
@@ -429,12 +431,19 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
         pool_unusable=sum(info.get("rejected", {}).values()),
         loss=st.get("loss"), clip_frac=(st.get("clip_frac_low", 0) + st.get("clip_frac_high", 0)) if st else None,
         clip_frac_low=st.get("clip_frac_low"), clip_frac_high=st.get("clip_frac_high"), kl=st.get("kl"),
-        entropy=st.get("entropy"), grad_norm=st.get("grad_norm"), tokens_generated=state["tokens"],
+        entropy=st.get("entropy"), grad_norm=st.get("grad_norm"), sampler_gap=st.get("sampler_logprob_gap"), tokens_generated=state["tokens"],
         tokens_trained=st.get("tokens_trained", 0), truncated=sum(sum(g.truncated) for g in local), seconds=sec,
         peak_memory_mb=peak_memory_mb(self.policy.device), time=time.time(),
         **(after.metrics() if after else {}), **({f"eval_base_{k[5:]}": v for k, v in base.metrics().items()} if base else {}))
     self.controller.update(reward_local=row.reward_local, reward_pool=info.get("pool_reward"))
     return row.to_row()
+
+_BASE_EVALS = {}  # what identifies a base policy's evaluation -> (node that ran it, its EvalResult), per process
+
+def _base_key(cfg:SAPOConfig, policy) -> tuple|None:
+    "The key of a whole model's base evaluation: the same weights and evaluation give the same greedy answers; None for adapters."
+    return None if cfg.adapter != "none" else (cfg.model, cfg.mix, cfg.eval_questions, cfg.max_new_tokens, cfg.answer_fallback,
+                                              str(policy.device), str(policy.model.dtype), str(policy.compute_dtype))
 
 @patch
 def evaluate(self:SwarmNode, r:int, when:str="final"):
@@ -448,9 +457,12 @@ def evaluate(self:SwarmNode, r:int, when:str="final"):
         self._eval_set = eval_items(cfg.mix, cfg.eval_questions)
         self._eval_reward = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=False)
     entries = self._eval_set if when != "curve" else self._eval_set[:cfg.eval_curve_questions]
-    res = evaluate(self.policy, entries, self.format_prompt, self._eval_reward, cfg.max_new_tokens)
-    append_jsonl(eval_records_path(cfg), dict(round=r, node_id=cfg.node_id, when=when, mix=cfg.mix, n=res.n,
-                                             pass1=res.pass1, items=res.items))
+    key = _base_key(cfg, self.policy) if when == "base" else None
+    by, res = _BASE_EVALS.get(key, (cfg.node_id, None))  # nodes of one process on one base model evaluate it once
+    if res is None: res = evaluate(self.policy, entries, self.format_prompt, self._eval_reward, cfg.max_new_tokens)
+    if key is not None: _BASE_EVALS.setdefault(key, (cfg.node_id, res))
+    append_jsonl(eval_records_path(cfg), dict(round=r, node_id=cfg.node_id, when=when, mix=cfg.mix, n=res.n, pass1=res.pass1,
+                                             evaluated_by=by, items=res.items))
     return res
 
 @patch
@@ -630,7 +642,7 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
 # %% ../nbs/12_node.ipynb #a48817d9
 def sample_together(nodes:list, r:int) -> list:
     "Round r's `(questions, prompts, completions)` per node; nodes on one shared base (same G and sampling) in one batch, others None."
-    from sapo_nb.generation import Completions, generate_completions
+    from sapo_nb.generation import generate_completions
     out, batches = [None] * len(nodes), {}
     for k, n in enumerate(nodes):
         base, c = getattr(n.policy, "base", None), n.cfg
@@ -649,7 +661,5 @@ def sample_together(nodes:list, r:int) -> list:
         at = 0
         for k in ks:
             qs, ps, _ = drawn[k]; n = len(ps)
-            part = Completions(comps.texts[at:at + n], comps.n_tokens[at:at + n], comps.truncated[at:at + n],
-                               comps.seconds * n / len(prompts), comps.backend)  # time shared by prompts
-            out[k], at = ((qs, ps, part) if n else ([], [], None)), at + n
+            out[k], at = ((qs, ps, comps.part(at, at + n)) if n else ([], [], None)), at + n  # ids and time shared out too
     return out
