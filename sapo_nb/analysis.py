@@ -14,13 +14,14 @@ from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, mi
 
 # %% auto #0
 __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS',
-           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'TABLE_MAX_COLUMNS', 'find_runs', 'config_label', 'run_provenance',
-           'run_info', 'synthetic_runs', 'load_runs', 'config_shapes', 'config_order', 'resolve_config',
-           'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement', 'compare_configs',
-           'metric_label', 'artefact_along_runs', 'seed_comparison', 'provenance_summary', 'config_summary',
-           'plan_progress', 'metric_units', 'seed_table', 'findings', 'effective_window', 'jump_round', 'aha_rounds',
-           'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_agents',
-           'fig_adaptive_j', 'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
+           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS', 'find_runs', 'config_label',
+           'run_provenance', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes', 'config_order',
+           'resolve_config', 'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement',
+           'compare_configs', 'metric_label', 'artefact_along_runs', 'seed_comparison', 'provenance_summary',
+           'config_summary', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'plan_verdict',
+           'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average',
+           'fig_cumulative', 'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
+           'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/16_analysis.ipynb #4a08edb0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
@@ -585,6 +586,37 @@ def findings(
                    + "\n".join(lines))
         out.append(_verdict(s[[(m, u) in set(headline) for m, u in zip(s.metric, s.summary)]], a, b, alpha, effect))
     return "\n\n".join(out)
+
+# %% ../nbs/16_analysis.ipynb #73429c9b
+PLAN_LOOKS = ((12, 0.005), (24, 0.048))  # the decisive plan's looks: (pairs, two-sided p boundary), O'Brien-Fleming type
+
+def plan_verdict(
+    df:pd.DataFrame, # tidy metrics (`load_runs`)
+    a:str="2-2", # the configuration in question
+    b:str="4-0", # its baseline
+    metric:str="eval_pass1", # the primary endpoint's column ...
+    summary:str="final", # ... and its summary per run (`per_seed`)
+    looks=PLAN_LOOKS, # (pairs, p boundary) per look, in order; the last is the final look
+    margin_pct:float=5.0, # equivalence margin, in % of the baseline's mean
+    mixed_commits:bool=False, # see `paired_by_seed`
+) -> dict: # look, pairs, boundary, verdict, sentence, and `compare_by_seed`'s result at that look
+    "The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed."
+    have = set(paired_by_seed(df, metric, a, b, summary, mixed_commits).seed)
+    done = [(k, n, p) for k, (n, p) in enumerate(looks) if set(range(n)) <= have]
+    if not done:
+        return dict(look=None, pairs=len(have), boundary=math.nan, verdict="not yet",
+                    sentence=f"{len(have)} of the {looks[0][0]} pairs of the first look have landed: no verdict yet.")
+    for k, n, bound in done:  # looks in order: the first that crosses its boundary stops the plan
+        r = compare_by_seed(df[df.seed < n], metric, a, b, summary, margin_pct=margin_pct, mixed_commits=mixed_commits)
+        if r["p_value"] < bound: break
+    last = k == len(looks) - 1
+    verdict = (("helps" if r["diff"] > 0 else "hurts") if r["p_value"] < bound else
+               "continue" if not last else f"no effect within ±{margin_pct:g}%" if r["equivalent"] else "inconclusive")
+    sentence = (f"At the {'final' if last else 'interim'} look ({n} pairs): {a} − {b} = {r['diff']:+.3f} "
+                f"({metric_units(metric)}), 95% CI [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}], {r['rel_pct']:+.1f}% of "
+                f"{b}; paired t p = {r['p_value']:.3g} against the boundary {bound:g}; equivalence within ±{margin_pct:g}% "
+                f"p = {r['p_equivalence']:.3g}. Verdict: {verdict}.")
+    return dict(r, look="final" if last else "interim", pairs=n, boundary=bound, verdict=verdict, sentence=sentence)
 
 # %% ../nbs/16_analysis.ipynb #f75ba326
 def effective_window(
