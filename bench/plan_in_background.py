@@ -2,6 +2,12 @@
 
     nice -n 19 python bench/plan_in_background.py sharing --root /work/runs --data nbs/data &
 
+A plan is pinned to one library commit (`plan.json`, see `17_experiments`). To keep working on the library while a
+plan runs, run the plan from a worktree of that commit and commit its results into the main checkout:
+
+    git worktree add ../plan <commit> && PYTHONPATH=../plan nice -n 19 python ../plan/bench/plan_in_background.py \
+        decisive --root /work/runs --data nbs/data --repo . --stop-on-verdict &
+
 The metrics (not the checkpoints) of run `<config>/seed_<s>` are copied to `<data>/<plan>/<config>/seed_<s>/`, with
 `environment.json` (the CPU and the versions of torch, transformers and peft, which the numbers can depend on), and
 committed at once, so a plan spans several working sessions, even on fresh machines: a run whose committed metrics
@@ -39,8 +45,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("plan"); p.add_argument("--root", default="sapo_runs/experiments"); p.add_argument("--data", default="nbs/data")
     p.add_argument("--seeds", type=int, nargs="+", default=None)
+    p.add_argument("--repo", default=None, help="the checkout results are committed into (default: this script's)")
+    p.add_argument("--stop-on-verdict", action="store_true",
+                   help="stop when the pre-registered rule (analysis.plan_verdict) gives 'helps' or 'hurts' at a look")
     a = p.parse_args(argv)
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(a.repo).resolve() if a.repo else Path(__file__).resolve().parents[1]
     committed = resolve_plan(a.plan, a.data, seeds=a.seeds)
     resolved = resolve_plan(a.plan, a.root, seeds=a.seeds)
     for run, saved in zip(resolved["runs"], committed["runs"]):
@@ -55,6 +64,15 @@ def main(argv=None):
         ok = land(run, saved, a, committed, repo, f"{run['config']} seed {run['seed']} ({run['nodes']} nodes x "
                   f"{run['cfgs'][0].rounds} rounds, {time.perf_counter() - t0:.0f} s)")
         print(f"{tag}: {'committed' if ok else 'NOT committed'} in {time.perf_counter() - t0:.0f} s", flush=True)
+        if a.stop_on_verdict and stopped(a): return
+
+
+def stopped(a) -> bool:
+    "Whether the committed runs reach a pre-registered look whose boundary they cross (the plan then stops)."
+    from sapo_nb.analysis import load_runs, plan_verdict
+    v = plan_verdict(load_runs(Path(a.data) / a.plan))
+    print(f"{a.plan}: {v['sentence']}", flush=True)
+    return v["verdict"] in ("helps", "hurts")
 
 
 def model_sha256(folder) -> str:
