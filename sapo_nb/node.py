@@ -313,6 +313,7 @@ class SwarmNode:
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, micro_batch_size=cfg.micro_batch_size,
             compute_dtype=self.policy.compute_dtype, tis_cap=cfg.tis_cap)
         self.round = 0
+        self.trained_external = set()  # `sampler.group_key`s of the peers' groups trained on in the top-up window
 
     def _check_root(self):
         "Fail at start, with what to do, when the experiment folder cannot be written."
@@ -398,7 +399,7 @@ def begin_round(self:SwarmNode, r:int,
 @patch
 def finish_round(self:SwarmNode, state:dict) -> dict:
     "Second half: collect and select external groups, train on local + external, and return the metrics row."
-    from sapo_nb.sampler import select_external, round_rng
+    from sapo_nb.sampler import select_external, round_rng, group_key
     from sapo_nb.models import peak_memory_mb
     cfg, tok, sec = self.cfg, self.policy.tokenizer, state["seconds"]
     self.policy.activate()  # between this round's halves other nodes of the process ran theirs
@@ -410,7 +411,9 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
         now = time.perf_counter(); sec[name] = now - t; t = now
     candidates = self._collect(r) if reads_pool else []; lap("collect")
     ext, info = (select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id), mix=cfg.mix,
-                                 fresh_from=r - cfg.max_staleness) if reads_pool else ([], {}))
+                                 fresh_from=r - cfg.max_staleness, trained=self.trained_external) if reads_pool else ([], {}))
+    self.trained_external = {k for k in self.trained_external if k[1] >= r - cfg.top_up_rounds - cfg.max_staleness} | {
+        group_key(g) for g in ext}  # what top-ups must not repeat: only the window's rounds are kept
     ext = [replace(g, prompt=self.format_prompt(tok, g.entry)) for g in ext]  # the question as we rebuilt it
     lap("select")
     base = self.evaluate(r, "base") if r == 0 and cfg.eval_every else None  # the base policy, before its first update

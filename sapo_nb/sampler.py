@@ -12,8 +12,8 @@ from .core import Group
 
 # %% auto #0
 __all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'ADAPTIVE', 'rescore', 'has_spread', 'paper', 'uniform', 'top_reward',
-           'first', 'get_strategy', 'round_rng', 'select_external', 'FixedIJ', 'ThesisIJ', 'GradientIJ', 'BanditIJ',
-           'make_controller', 'controller_from_dict']
+           'first', 'get_strategy', 'round_rng', 'group_key', 'select_external', 'FixedIJ', 'ThesisIJ', 'GradientIJ',
+           'BanditIJ', 'make_controller', 'controller_from_dict']
 
 # %% ../nbs/09_sampler.ipynb #8a65b12d
 logger = logging.getLogger("sapo_nb.sampler")
@@ -120,6 +120,10 @@ def round_rng(seed: int, round: int, node_id: str) -> random.Random:
 
 def _mean(xs): return sum(xs) / len(xs) if xs else None
 
+def group_key(g) -> tuple:
+    "What identifies a received group: its sender, round and position in the sender's rollout."
+    return (g.node_id, g.round, g.index)
+
 def _pick(fn, scored:list, J:int, rng) -> list:
     "What strategy `fn` picks of `scored`, checked to be a list of at most `J` of them."
     picked = fn(scored, J, rng)
@@ -135,6 +139,7 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
                     rng: random.Random|int|None=None, # generator or seed (default seed 0)
                     mix: str|None=None, # this node's mix, under which every item is rebuilt; required
                     fresh_from: int|None=None, # candidates of earlier rounds only top J up; None: every candidate is fresh
+                    trained: set|None=None, # `group_key`s of groups this node trained on before: never used to top up
                    ) -> tuple[list, dict]:
     "Rebuild and re-score `candidates` locally and pick up to `J`, topped up from older rounds when short: `(selected, info)`."
     if not isinstance(J, int) or isinstance(J, bool) or J < 0: raise ValueError(f"J must be an int >= 0, got {J!r}")
@@ -144,7 +149,8 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
     fn = get_strategy(strategy)
     if not isinstance(rng, random.Random): rng = random.Random(0 if rng is None else rng)
     is_fresh = lambda g: fresh_from is None or (g.round or 0) >= fresh_from
-    fresh, older = [g for g in candidates if is_fresh(g)], [g for g in candidates if not is_fresh(g)]
+    fresh = [g for g in candidates if is_fresh(g)]
+    older = [g for g in candidates if not is_fresh(g) and group_key(g) not in (trained or ())]
     scored, rejected = rescore(fresh, reward_fn, mix)
     picked = _pick(fn, scored, J, rng)
     if len(picked) < J and older:  # re-scored only when needed: every completion costs a checker run
