@@ -9,19 +9,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .core import PHASES, RoundMetrics, metric_columns, read_jsonl, read_node_configs, read_run_config
-from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value, paired_by_seed, per_seed,
+from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value, paired_by_seed, paired_t, per_seed,
                                 seeds_for_alpha, selection_split, t_interval)
 
 # %% auto #0
 __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS',
-           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS', 'find_runs', 'config_label',
-           'run_provenance', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes', 'config_order',
+           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'EVAL_ITEM_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS', 'find_runs',
+           'config_label', 'run_provenance', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes', 'config_order',
            'resolve_config', 'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement',
            'compare_configs', 'metric_label', 'artefact_along_runs', 'seed_comparison', 'provenance_summary',
-           'config_summary', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'plan_verdict',
-           'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average',
-           'fig_cumulative', 'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
-           'compare_with_paper', 'run_summary', 'write_report']
+           'config_summary', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'load_eval_items',
+           'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards',
+           'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j',
+           'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/16_analysis.ipynb #4a08edb0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
@@ -586,6 +586,50 @@ def findings(
                    + "\n".join(lines))
         out.append(_verdict(s[[(m, u) in set(headline) for m, u in zip(s.metric, s.summary)]], a, b, alpha, effect))
     return "\n\n".join(out)
+
+# %% ../nbs/16_analysis.ipynb #3f352d00
+EVAL_ITEM_COLUMNS = ("run", "config", "seed", "node_id", "round", "when", "key", "component", "answer", "correct")
+
+def _item_rows(info:dict, node:str, record) -> list:
+    "The rows of one evaluation record (malformed records and items give none)."
+    items = record.get("items") if isinstance(record, dict) else None
+    if not (isinstance(items, list) and isinstance(record.get("round"), int)): return []
+    return [dict(run=info["run"], config=info["config"], seed=info["seed"], node_id=node, round=record["round"],
+                 when=str(record.get("when")), key=str(k), component=str(c), answer=str(a), correct=bool(ok))
+            for k, c, a, ok in (it for it in items if isinstance(it, list) and len(it) == 4)]
+
+def load_eval_items(
+    path, # a run folder, or any folder with run folders below it
+) -> pd.DataFrame: # one row per node, evaluation and question: `EVAL_ITEM_COLUMNS`
+    "Every per-question evaluation record of every run at or below `path`, as one table."
+    rows, root = [], Path(path)
+    for run_dir in find_runs(root):
+        info = run_info(run_dir, root)
+        for f in sorted((run_dir / "logs").glob("*/eval_items.jsonl")):
+            for record in read_jsonl(f): rows += _item_rows(info, f.parent.name, record)
+    return pd.DataFrame(rows, columns=list(EVAL_ITEM_COLUMNS))
+
+# %% ../nbs/16_analysis.ipynb #b4a8db2d
+def per_item_comparison(
+    items:pd.DataFrame, # from `load_eval_items`
+    a:str="2-2", # a configuration
+    b:str="4-0", # the one to compare with
+    when:str="final", # which evaluation: 'base', 'curve' or 'final'
+) -> tuple: # (counts: dict, by_component: DataFrame)
+    "`a` against `b` question by question (paired over seed and node): the counts, and per component the paired t over seeds."
+    d = items[items.when == when]
+    side = lambda c: d[d.config == c].drop_duplicates(["seed", "node_id", "key"], keep="last").set_index(["seed", "node_id", "key"])
+    pair = side(a)[["correct"]].join(side(b)[["correct"]], lsuffix="_a", rsuffix="_b", how="inner")
+    ra, rb = pair.correct_a.astype(bool), pair.correct_b.astype(bool)
+    counts = dict(pairs=len(pair), only_a=int((ra & ~rb).sum()), only_b=int((~ra & rb).sum()), both=int((ra & rb).sum()),
+                  neither=int((~ra & ~rb).sum()), questions=pair.index.get_level_values("key").nunique())
+    share = d[d.config.isin([a, b])].groupby(["component", "seed", "config"]).correct.mean().unstack("config")
+    rows = []
+    for comp, g in (share.groupby(level="component") if {a, b} <= set(share.columns) else []):
+        g = g[[a, b]].dropna()
+        rows.append(dict(component=comp, **{k: v for k, v in paired_t(g[a], g[b]).items()
+                                            if k in ("n", "mean_a", "mean_b", "diff", "diff_low", "diff_high", "p_value")}))
+    return counts, pd.DataFrame(rows, columns=["component", "n", "mean_a", "mean_b", "diff", "diff_low", "diff_high", "p_value"])
 
 # %% ../nbs/16_analysis.ipynb #73429c9b
 PLAN_LOOKS = ((12, 0.005), (24, 0.048))  # the decisive plan's looks: (pairs, two-sided p boundary), O'Brien-Fleming type
