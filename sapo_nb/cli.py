@@ -110,11 +110,13 @@ def main(argv=None) -> int:
     "The `sapo` command."
     args = _parser().parse_args(argv)
     from sapo_nb.node import NodeRunning, CheckpointError  # light: torch is imported only when a node starts
+    from sapo_nb.core import UnsafePath, trust_root
     try:
         if args.command in ("status", "clean"):
             cfg = load_config(**{k: v for k, v in (("root", args.root), ("experiment", args.experiment)) if v is not None})
             if args.command == "clean": return _clean(cfg)
             from sapo_nb.monitor import swarm_status, format_status
+            trust_root(cfg.root)  # read from the root down, never through a link planted below it
             print(format_status(swarm_status(cfg.root, cfg.experiment))); return 0
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
@@ -135,7 +137,8 @@ def main(argv=None) -> int:
             from sapo_nb.swarm import run_node
             return run_node(cfg, args.threads, log=lambda *x: print(*x, flush=True))
         return _swarm(cfg, args)
-    except (ConfigError, NodeRunning, CheckpointError) as e:  # a bad flag, a node id already running, no intact checkpoint
+    except (ConfigError, NodeRunning, CheckpointError, UnsafePath) as e:  # a bad flag, a node id already running, no
+        # intact checkpoint, a link or a folder planted where the run's own files go
         print(f"sapo: {e}", file=sys.stderr); return 2
     except KeyboardInterrupt:
         print("sapo: stopped", file=sys.stderr); return 130
@@ -194,7 +197,9 @@ def _clean(cfg) -> int:
     from sapo_nb.monitor import swarm_status
     from sapo_nb.node import experiment_dir
     exp = experiment_dir(cfg)
-    if not exp.is_dir(): print(f"sapo clean: {exp} is not a folder", file=sys.stderr); return 2
+    from sapo_nb.core import path_kind
+    if path_kind(exp) != "dir":  # a link to another run's folder is not this run: nothing is removed through it
+        print(f"sapo clean: {exp} is not a folder (missing, or a link)", file=sys.stderr); return 2
     unfinished = [f"{s['node']} ({s['rounds']}/{s['total_rounds'] or '?'} rounds)" for s in swarm_status(cfg.root, cfg.experiment)
                   if s["state"] != "done"]
     kept = []
@@ -208,12 +213,13 @@ def _clean(cfg) -> int:
 def _save_model(run, node:str, dest) -> int:
     "`sapo save-model`: node `node`'s config from the run folder, then `node.save_model`; 2 with a message when it cannot."
     from pathlib import Path
-    from sapo_nb.core import read_node_configs
+    from sapo_nb.core import read_node_configs, trust_root, UnsafePath
     from sapo_nb.node import save_model, CheckpointError
-    run = Path(run)
+    run = Path(run); trust_root(run.parent)  # the folder above the run is the user's root: nothing below is followed
     known = read_node_configs(run)
     if node not in known:
         names = ", ".join(sorted(str(k) for k in known)) or "none (no config.json: is it a run folder, <root>/<experiment>?)"
         print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr); return 2
     try: save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest); return 0
-    except (ConfigError, CheckpointError, FileExistsError) as e: print(f"sapo save-model: {e}", file=sys.stderr); return 2
+    except (ConfigError, CheckpointError, FileExistsError, UnsafePath) as e:
+        print(f"sapo save-model: {e}", file=sys.stderr); return 2

@@ -8,7 +8,7 @@ import dataclasses, json, math, os, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from fastcore.basics import patch
-from .core import atomic_write
+from .core import atomic_write, safe_text
 
 # %% auto #0
 __all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device', 'printable_name',
@@ -41,8 +41,8 @@ def valid_device(device) -> bool:
     return isinstance(device, str) and DEVICE_RE.fullmatch(device) is not None
 
 def printable_name(name) -> str:
-    "`name` as it can be printed safely: itself when it is a valid name, else its `ascii()` form (no control characters)."
-    return name if valid_name(name) else ascii(name)
+    "`name` as it can be printed safely: itself when it is a valid name, else `core.safe_text` of it (one inert token)."
+    return name if valid_name(name) else safe_text(name)
 
 # %% ../nbs/03_config.ipynb #19d6d30b
 class ConfigError(ValueError):
@@ -124,6 +124,7 @@ class SAPOConfig:
     max_files_per_round: int = _f(256, "pool: read at most this many senders' rollouts per round (a fair sample when more)")
     max_bytes_per_round: int = _f(64_000_000, "pool: read at most this many bytes per round")
     max_groups_per_round: int = _f(2048, "pool: take at most this many groups per round")
+    scoring_budget: float = _f(20.0, "seconds a round may spend re-scoring received groups, shared max-min fairly among their senders; groups past it are not trained on (over_budget); an honest round at the pool caps takes about 5 s on 2 CPU cores")
     # --- held-out evaluation
     eval_every: int = _f(10, "rounds between held-out evaluations (greedy pass@1 on the fixed evaluation set), also at round 0 and the last round; 0: never")
     eval_questions: int = _f(64, "held-out questions asked before training and at the last round (the first N of the mix's evaluation set, whose texts no training stream or peer can reach): the same for every node, configuration and seed; plans use 512")
@@ -132,6 +133,7 @@ class SAPOConfig:
     tracker: str = _f("none", "also send each metrics row to an experiment tracker: 'none', 'tensorboard' (event files in `<root>/<experiment>/tracker/<node_id>/`), 'wandb' (offline unless WANDB_MODE says otherwise) or 'trackio' (its local store); metrics.jsonl stays the record, and a tracker that fails turns itself off")
     # --- checkpoints and hardware
     checkpoint_every: int = _f(10, "rounds between checkpoints (0: never)")
+    checkpoints_kept: int = _f(1, "checkpoints a node keeps (a new one replaces the old only once written and verified): 1 holds 1.73 GB per node for the embedded model; 2 also keeps the one before the newest, so that a newest one damaged on disk falls back to it")
     device: str = _f("auto", "'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:N' (one GPU of several) or 'mps' (Apple)")
     dtype: str = _f("auto", "weights (and optimizer state): 'auto' = float32, so small updates are not rounded away; 'bfloat16' or 'float16' halve memory")
     compute_dtype: str = _f("auto", "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware runs it natively (CUDA GPUs of compute capability 8.0+, CPUs with AMX/AVX512-BF16), else float32")
@@ -159,7 +161,7 @@ def _int(lo): return (lambda v: isinstance(v, int) and not isinstance(v, bool) a
 _RULES = dict(
     seed=_int(0), rounds=_int(1), local_questions=_int(0), external_questions=_int(0),
     completions_per_question=_int(2), max_new_tokens=_int(1), micro_batch_size=_int(1), num_iterations=_int(1), minibatches=_int(1),
-    wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0), eval_every=_int(0), 
+    wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0), checkpoints_kept=_int(1), eval_every=_int(0), 
     eval_questions=(lambda v: _int(1)[0](v) and v <= 1024, "a whole number in 1..1024"),
     eval_curve_questions=(lambda v: _int(1)[0](v) and v <= 1024, "a whole number in 1..1024"),
     top_up_rounds=_int(0),
@@ -167,7 +169,7 @@ _RULES = dict(
     max_question_chars=_int(1), max_files_per_round=_int(1), max_bytes_per_round=_int(1), max_groups_per_round=_int(1),
     temperature=_num(0, lo_open=True), top_p=_num(0, 1, lo_open=True), learning_rate=_num(0, lo_open=True),
     weight_decay=_num(0), eps_low=_num(0, 1, hi_open=True), eps_high=_num(0), beta=_num(0),
-    adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), tis_cap=_num(0), wait_seconds=_num(0), adaptive_alpha=_num(0),
+    adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), tis_cap=_num(0), scoring_budget=_num(0, lo_open=True), wait_seconds=_num(0), adaptive_alpha=_num(0),
     adaptive_ema=_num(0, 1, hi_open=True), lora_rank=_int(1), lora_alpha=_num(0, lo_open=True), lora_dropout=_num(0, 1, hi_open=True),
     device=(lambda v: valid_device(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
 )

@@ -4,16 +4,18 @@
 
 # %% ../nbs/00_core.ipynb #3feaa7f0
 from __future__ import annotations
-import json, math, os, stat
+import errno, json, math, os, secrets, shutil, stat
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES',
-           'Group', 'atomic_write', 'open_regular', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config',
-           'read_node_configs', 'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path',
-           'provenance_path', 'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns',
-           'provenance']
+           'Group', 'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular',
+           'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'atomic_write', 'read_json_file',
+           'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs', 'experiment_dir', 'metrics_path',
+           'checkpoint_dir', 'eval_records_path', 'provenance_path', 'is_finite', 'is_count', 'RoundMetrics',
+           'valid_metrics_row', 'metric_columns', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 WIRE_FIELDS = ("task", "item", "question", "completions", "truncated")  # what a node publishes of a group, and nothing else
@@ -55,25 +57,143 @@ class Group:
         "A group from `to_dict`'s output (or a wire object); `extra` sets further fields. Unknown keys raise `TypeError`."
         return cls(**{**d, **extra})
 
+# %% ../nbs/00_core.ipynb #3cdb2bc5
+class UnsafePath(OSError):
+    "A link, a planted folder or a special file where a run's own file or folder should be: never followed nor opened."
+    def __init__(self, path, what:str): super().__init__(errno.ELOOP, what, str(path))
+    def __str__(self): return (f"{safe_text(self.filename, 400)} is {self.strerror}, not what the run put there; "
+                               "move it away if you did not (links and odd files under a run folder are never followed)")
+
+_ROOTS = set()  # the roots this process was given (absolute, as given): the trusted bases
+
+def trust_root(root) -> Path:
+    "Record `root` as a trusted base: links in its own path are followed (the user chose it), none below it. `Path(root)`."
+    _ROOTS.add(os.path.abspath(root)); return Path(root)
+
+def anchor(path) -> tuple:
+    "`(base, names)`: the trusted base above `path` (the longest `trust_root`, else the nearest existing folder above it)."
+    p = os.path.abspath(path)
+    base = max((r for r in _ROOTS if p == r or p.startswith(r.rstrip(os.sep) + os.sep)), key=len, default=None)
+    if base is None:  # a path under no root: only what lies below its nearest existing folder is guarded
+        base = os.path.dirname(p)
+        while not os.path.isdir(base) and base != os.path.dirname(base): base = os.path.dirname(base)
+    return base, tuple(n for n in os.path.relpath(p, base).split(os.sep) if n not in ("", "."))
+
+# %% ../nbs/00_core.ipynb #ca8d7ead
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_LINKED = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)  # what O_NOFOLLOW | O_DIRECTORY gives on a link or a file
+
+def open_dir(path, create:bool=False) -> int:
+    "A descriptor of folder `path`, walked to from its trusted base one folder at a time, never through a link; the caller closes it."
+    base, names = anchor(path)
+    if create: os.makedirs(base, exist_ok=True)
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        for k, name in enumerate(names):
+            if create:
+                try: os.mkdir(name, 0o777, dir_fd=fd)  # mkdir never follows a link: one planted there stays a link
+                except FileExistsError: pass
+            try: sub = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as e:
+                if e.errno in _LINKED: raise UnsafePath(os.path.join(base, *names[:k + 1]), "a link or a file") from None
+                raise
+            os.close(fd); fd = sub
+    except BaseException: os.close(fd); raise
+    return fd
+
+@contextmanager
+def in_dir(path, create:bool=False):
+    "`(folder descriptor, name)` of `path`: its folder opened with `open_dir`, closed on leaving the `with`."
+    p = os.path.abspath(path)
+    fd = open_dir(os.path.dirname(p), create)
+    try: yield fd, os.path.basename(p)
+    finally: os.close(fd)
+
+# %% ../nbs/00_core.ipynb #f19c3d05
+def open_nofollow(path, flags:int, create_dirs:bool=False) -> int:
+    "A descriptor of regular file `path` opened with `flags`, its name never followed; `UnsafePath` for anything else."
+    with in_dir(path, create_dirs) as (d, name):
+        try: fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=d)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EMLINK): raise UnsafePath(path, "a link") from None
+            if e.errno in (errno.EISDIR, errno.ENXIO): raise UnsafePath(path, "a folder or a special file") from None
+            raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode): os.close(fd); raise UnsafePath(path, "a folder or a special file")
+    return fd  # checked before a byte is read or written: a FIFO never blocks, a folder never crashes the reader
+
+def open_regular(path):
+    "`path` opened for binary reading if it is a regular file reached without a link, else None."
+    try: return os.fdopen(open_nofollow(path, os.O_RDONLY), "rb")
+    except OSError: return None
+
+def open_append(path):
+    "Regular file `path` opened for binary appending (created, with its folders, if missing); else `UnsafePath`."
+    return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, create_dirs=True), "ab")
+
+# %% ../nbs/00_core.ipynb #d05ac119
+def _kind(mode:int) -> str:
+    return ("file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "other")
+
+def path_kind(path) -> str|None:
+    "'file', 'dir', 'link' or 'other' for what is at `path` (never followed); None if nothing; `UnsafePath` if unreachable."
+    try:
+        with in_dir(path) as (d, name): return _kind(os.stat(name, dir_fd=d, follow_symlinks=False).st_mode)
+    except FileNotFoundError: return None
+
+def list_dir(path) -> dict:
+    "{name: kind} of the entries of folder `path` (kinds as `path_kind`); {} if it is missing; `UnsafePath` if not a folder."
+    try: fd = open_dir(path)
+    except FileNotFoundError: return {}
+    try:
+        with os.scandir(fd) as it: return {e.name: _kind(e.stat(follow_symlinks=False).st_mode) for e in it}
+    finally: os.close(fd)
+
+def remove(path) -> bool:
+    "Delete regular file or folder `path` (a folder's links are unlinked, never followed); False if missing; `UnsafePath` for a link."
+    try:
+        with in_dir(path) as (d, name):
+            kind = _kind(os.stat(name, dir_fd=d, follow_symlinks=False).st_mode)
+            if kind == "file": os.unlink(name, dir_fd=d)
+            elif kind == "dir": shutil.rmtree(name, dir_fd=d)
+            else: raise UnsafePath(path, "a link" if kind == "link" else "a special file")
+    except FileNotFoundError: return False
+    return True
+
+def rename(path, new_name:str):
+    "Rename `path` to `new_name` in the same folder (whatever `new_name` was, a link included, is replaced, not followed)."
+    with in_dir(path) as (d, name): os.replace(name, new_name, src_dir_fd=d, dst_dir_fd=d)
+
+# %% ../nbs/00_core.ipynb #a3d20c91
+_SAFE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.-:/+=,@%")
+
+def _escape(c:str) -> str:
+    o = ord(c)
+    return c if c in _SAFE_CHARS else f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}" if o < 65536 else f"\\U{o:08x}"
+
+def safe_text(x, limit:int=80) -> str:
+    "`x` (peer text, a name, anything) as one inert token: single-quoted, printable ASCII, at most `limit` characters."
+    try: s = x if isinstance(x, str) else str(x)
+    except ValueError: s = f"<{type(x).__name__}>"  # an int too long to print
+    cut, s = len(s) - limit, s[:limit]
+    return "'" + "".join(map(_escape, s)) + "'" + (f"...+{cut}chars" if cut > 0 else "")  # the count: outside the quotes
+
 # %% ../nbs/00_core.ipynb #aeea991b
 def atomic_write(path, data:bytes|str):
-    "Write `data` to `path` whole: a temp file in the same folder, fsync, then rename over `path`."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data); f.flush(); os.fsync(f.fileno())
-    os.replace(tmp, path)
+    "Write `data` to `path` whole: a temp file in the same folder, fsync, then rename over `path` (never through a link)."
+    with in_dir(path, create=True) as (d, name):
+        tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=d)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data); f.flush(); os.fsync(f.fileno())
+            try: os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
+            except (IsADirectoryError, NotADirectoryError, FileExistsError): raise UnsafePath(path, "a folder") from None
+        except BaseException:
+            with suppress(OSError): os.unlink(tmp, dir_fd=d)
+            raise
 
 # %% ../nbs/00_core.ipynb #927f3ddd
 JSONL_MAX_BYTES = 1 << 28  # 256 MB: far beyond any real metrics file (2,000 rounds of 8 nodes is about 30 MB)
-
-def open_regular(path):
-    "`path` opened for binary reading if it is a regular file, else None: a FIFO or a device planted there never blocks."
-    try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError: return None
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode): f.close(); return None
-    return f
 
 def read_json_file(path, limit:int=1 << 20):
     "The JSON value in regular file `path` if the file has at most `limit` bytes and parses, else None."
@@ -97,10 +217,8 @@ def read_jsonl(path, limit:int=JSONL_MAX_BYTES) -> list:
     return rows
 
 def append_jsonl(path, row:dict):
-    "Append one object as a line and make it durable."
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n"); f.flush(); os.fsync(f.fileno())
+    "Append one object as a line and make it durable (`open_append`: never through a link)."
+    with open_append(path) as f: f.write((json.dumps(row) + "\n").encode()); f.flush(); os.fsync(f.fileno())
 
 def read_run_config(run_dir) -> list:
     "The node configs in `run_dir/config.json` (`{'nodes': [...]}` or a single config dict); [] when absent or unreadable."
@@ -112,12 +230,14 @@ def read_node_configs(run_dir) -> dict:
     "{node id: config dict} of a run: the nodes of `run_dir/config.json`, then `logs/<node>/config.json` of any node it lacks."
     run_dir = Path(run_dir)
     out = {c["node_id"]: c for c in read_run_config(run_dir) if isinstance(c.get("node_id"), str)}
-    for p in sorted((run_dir / "logs").glob("*/config.json")):
-        if p.parent.name not in out and isinstance(c := read_json_file(p), dict): out[p.parent.name] = c
+    try: folders = sorted(n for n, kind in list_dir(run_dir / "logs").items() if kind == "dir")
+    except OSError: folders = []  # `logs` is a link or a file: nothing of it is read
+    for n in folders:
+        if n not in out and isinstance(c := read_json_file(run_dir / "logs" / n / "config.json"), dict): out[n] = c
     return out
 
 # %% ../nbs/00_core.ipynb #6dc9108f
-def experiment_dir(cfg) -> Path: return Path(cfg.root) / cfg.experiment
+def experiment_dir(cfg) -> Path: return trust_root(cfg.root) / cfg.experiment  # the root is trusted, the rest walked
 def metrics_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "metrics.jsonl"
 def checkpoint_dir(cfg) -> Path: return experiment_dir(cfg) / "checkpoints" / cfg.node_id
 def eval_records_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "eval_items.jsonl"

@@ -4,19 +4,22 @@
 
 # %% ../nbs/12_node.ipynb #c183dd6d
 from __future__ import annotations
-import hashlib, json, math, os, random, secrets, shutil, socket, stat, threading, time, weakref
+import hashlib, io, json, math, os, random, secrets, shutil, socket, stat, threading, time, weakref
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
-from .core import (Group, RoundMetrics, atomic_write, open_regular, read_jsonl, append_jsonl, experiment_dir, metrics_path,
-                          checkpoint_dir, eval_records_path, provenance_path, provenance)
+from .core import (Group, RoundMetrics, UnsafePath, atomic_write, open_regular, open_nofollow, read_jsonl,
+                          read_json_file, append_jsonl, path_kind, list_dir, remove, rename, safe_text, is_count, is_finite,
+                          experiment_dir, metrics_path, checkpoint_dir, eval_records_path, provenance_path, provenance)
 
 # %% auto #0
-__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED', 'truncate_metrics',
-           'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError', 'save_checkpoint',
-           'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode',
-           'wait_target', 'ResumeError', 'progress_line', 'merged_adapter', 'save_model', 'sample_together']
+__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED',
+           'truncate_metrics', 'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError',
+           'save_checkpoint', 'checkpoint_bytes', 'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint',
+           'open_transport', 'node_policy', 'SwarmNode', 'wait_target', 'ResumeError', 'progress_line',
+           'merged_adapter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
@@ -25,12 +28,13 @@ def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
     for r in read_jsonl(path):
         if isinstance(r.get("round"), int) and r["round"] <= last_round and key(r) not in seen:
             seen.add(key(r)); keep.append(r)
-    if Path(path).exists(): atomic_write(path, "".join(json.dumps(r) + "\n" for r in keep))
+    if path_kind(path) == "file": atomic_write(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(keep)
 
 # %% ../nbs/12_node.ipynb #91950c0a
 LEASE_HEARTBEAT = 30.0  # seconds between a holder's heartbeats
 LEASE_STALE = 300.0     # a lease whose heartbeat is this old is taken over (at once when its pid is dead on this host)
+LEASE_SKEW = 60.0       # a heartbeat further than this in the future is invalid, not fresh (clocks disagree less)
 _LEASE_MAX_BYTES = 4096
 
 class NodeRunning(RuntimeError):
@@ -39,21 +43,23 @@ class NodeRunning(RuntimeError):
 def lease_path(cfg:SAPOConfig) -> Path: return experiment_dir(cfg) / "locks" / f"{cfg.node_id}.lock"
 
 def read_lease(path) -> tuple:
-    "`(info, age_seconds)` of the lease at `path`; `(None, None)` when there is none. Malformed content reads as `{}`."
-    try: st = os.lstat(path)
+    "`(info, age_seconds)` of the lease at `path`, `(None, None)` if none; junk reads as `{}`, a future heartbeat as age < 0."
+    try: fd = open_nofollow(path, os.O_RDONLY)
     except FileNotFoundError: return None, None
-    if not stat.S_ISREG(st.st_mode):  # planted by someone: never follow it, never take it over silently
-        raise NodeRunning(f"{path} is not a regular file; remove it by hand if no node of this id runs")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f: info = json.loads(f.read(_LEASE_MAX_BYTES))
-    except FileNotFoundError: return None, None
-    except (OSError, ValueError): info = {}  # being written right now, or junk: judged by its age alone
-    return (info if isinstance(info, dict) else {}), max(0.0, time.time() - st.st_mtime)
+    except UnsafePath:  # planted by someone: never followed, never taken over silently
+        raise NodeRunning(f"{safe_text(path, 400)} is not a regular file (a link, a folder or a special file, "
+                          "or under a link); if no node of this id runs, delete it and start again") from None
+    with os.fdopen(fd, "rb") as f:
+        mtime = os.fstat(fd).st_mtime
+        try: info = json.loads(f.read(_LEASE_MAX_BYTES))
+        except (OSError, ValueError): info = {}  # being written right now, or junk: judged by its age alone
+    info = info if isinstance(info, dict) else {}
+    beat = info.get("heartbeat")
+    return info, time.time() - (max(mtime, beat) if is_finite(beat) else mtime)
 
 class _LeaseState:
     "What the heartbeat thread shares with its lease (not the lease itself, so that a dropped lease is freed)."
-    def __init__(self, path, token): self.path, self.token, self.stop, self.lost = path, token, threading.Event(), False
+    def __init__(self, path, token): self.path, self.token, self.stop, self.lost = path, token, threading.Event(), None
 
 _HELD = set()  # tokens of the leases this process holds
 
@@ -63,10 +69,15 @@ def _pid_alive(pid) -> bool:
     except PermissionError: return True
     return True
 
-def _is_stale(info:dict, age:float, stale_after:float) -> bool:
-    if age > stale_after: return True
+def _confirmable(info:dict) -> bool:
+    "Whether this process can tell if the lease's holder lives: it names a pid on this host."
     pid = info.get("pid")
-    if info.get("host") != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool): return False
+    return info.get("host") == socket.gethostname() and isinstance(pid, int) and not isinstance(pid, bool)
+
+def _is_stale(info:dict, age:float, stale_after:float) -> bool:
+    if age > stale_after or age < -LEASE_SKEW: return True  # silent too long, or dated in the future: not a live holder
+    if not _confirmable(info): return False
+    pid = info["pid"]
     if pid == os.getpid(): return info.get("token") not in _HELD  # ours, from a node object this process dropped
     return pid > 1 and not _pid_alive(pid)
 
@@ -75,13 +86,21 @@ def _write_lease(f, token:str):
     f.write(json.dumps(dict(host=socket.gethostname(), pid=os.getpid(), token=token, heartbeat=time.time())).encode())
     f.flush(); os.fsync(f.fileno())
 
+def _pid_text(pid) -> str: return str(pid) if type(pid) is int else safe_text(pid)  # a lease's pid, as it can be printed
+
+def _lost_because(info) -> str|None:
+    "Why a lease read as `info` (None: gone or planted over) is no longer its holder's, in words."
+    if not info: return "its lease file is gone or was replaced by something that is not a lease"
+    return (f"its lease file now names another holder (host {safe_text(info.get('host'))}, pid {_pid_text(info.get('pid'))})"
+            ": another process took the node id over, or someone rewrote the file")
+
 def _heartbeat(state:_LeaseState, every:float):
     while not state.stop.wait(every):
         try: info, _ = read_lease(state.path)
         except NodeRunning: info = None  # replaced by a link or a folder: not ours any more
-        if not info or info.get("token") != state.token: state.lost = True; return
+        if not info or info.get("token") != state.token: state.lost = _lost_because(info); return
         try:
-            with os.fdopen(os.open(state.path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as f: _write_lease(f, state.token)
+            with os.fdopen(open_nofollow(state.path, os.O_WRONLY), "wb") as f: _write_lease(f, state.token)
         except OSError: pass  # a full or flaky disk: the next heartbeat tries again
 
 def _release(state:_LeaseState, held=_HELD, read=read_lease):
@@ -89,7 +108,7 @@ def _release(state:_LeaseState, held=_HELD, read=read_lease):
     state.stop.set(); held.discard(state.token)
     try:
         info, _ = read(state.path)
-        if info and info.get("token") == state.token: state.path.unlink()
+        if info and info.get("token") == state.token: remove(state.path)
     except Exception: pass  # gone already, not ours, or the interpreter is tearing down: nothing to undo
 
 # %% ../nbs/12_node.ipynb #8595bacd
@@ -100,17 +119,17 @@ class NodeLease:
         self.node_id, self.where, self._state = cfg.node_id, experiment_dir(cfg), None
 
     @property
-    def lost(self) -> bool: return bool(self._state and self._state.lost)
+    def lost(self) -> str|None: return self._state.lost if self._state else None  # why it was lost, in words
 
     def acquire(self):
         "Create the lease, or take over a stale one; raise `NodeRunning` when a live process holds it."
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(16)
         _HELD.add(token)  # before the file exists: another thread of this process must never judge it dropped
         try:
             for _ in range(8):
-                try: fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+                try: fd = open_nofollow(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, create_dirs=True)
                 except FileExistsError: pass
+                except UnsafePath as e: raise NodeRunning(f"{self.node_id}: cannot take its lease: {e}") from None
                 else:
                     with os.fdopen(fd, "wb") as f: _write_lease(f, token)
                     return self._hold(token)
@@ -124,16 +143,19 @@ class NodeLease:
     def _take_over(self, seen:dict):
         "Remove the stale lease `seen`, under a guard file so that only one contender removes it."
         guard = self.path.with_name(self.path.name + ".takeover")
-        try: os.close(os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+        try: os.close(open_nofollow(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             _, gage = read_lease(guard)
-            if gage is not None and gage > self.stale_after: guard.unlink(missing_ok=True)  # a contender died mid-takeover
+            if gage is not None and not -LEASE_SKEW <= gage <= self.stale_after:  # a contender died mid-takeover
+                with suppress(OSError): remove(guard)
             else: time.sleep(0.05)
             return
         try:
             info, age = read_lease(self.path)
-            if info == seen and _is_stale(info, age, self.stale_after): self.path.unlink(missing_ok=True)
-        finally: guard.unlink(missing_ok=True)
+            if info == seen and _is_stale(info, age, self.stale_after):
+                with suppress(FileNotFoundError): remove(self.path)
+        finally:
+            with suppress(OSError): remove(guard)
 
     def _hold(self, token:str):
         self._state = _LeaseState(self.path, token)
@@ -142,10 +164,13 @@ class NodeLease:
         return self
 
     def _held_message(self, info:dict, age:float) -> str:
-        who = f"host {info.get('host', '?')}, pid {info.get('pid', '?')}" if info else "a lease being written"
+        who = f"host {safe_text(info.get('host', '?'))}, pid {_pid_text(info.get('pid'))}" if info else "a lease being written"
+        unsure = "" if _confirmable(info) else (
+            f" Its holder cannot be confirmed from this host: if you know that no node {self.node_id} runs anywhere, "
+            f"delete {safe_text(self.path, 400)} and start again.")
         return (f"{self.node_id} is already running on {self.where} ({who}, heartbeat {age:.0f} s ago). Stop that node "
                 f"first, or start this one with another --node-id. The lease of a node that crashed is taken over "
-                f"after {self.stale_after:.0f} s (at once when its process is gone from this host).")
+                f"after {self.stale_after:.0f} s (at once when its process is gone from this host)." + unsure)
 
     def release(self):
         "Give the lease up (only if it is still ours)."
@@ -157,31 +182,36 @@ class CheckpointError(ValueError):
 
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "state.json")
 
-def _digest(path) -> dict:
-    with open(path, "rb") as f: return dict(bytes=os.fstat(f.fileno()).st_size, sha256=hashlib.file_digest(f, "sha256").hexdigest())
+def _digest(data) -> dict:
+    "Size and SHA-256 of `data`: bytes, or a file's path (for a test that fixes a marker up)."
+    data = data if isinstance(data, (bytes, bytearray)) else Path(data).read_bytes()
+    return dict(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1) -> Path:
-    "Write a complete checkpoint of round `round` under `folder` atomically; once it verifies, keep only the newest `keep`."
+    "Write a complete checkpoint of round `round` under `folder`; once it verifies, keep the newest `keep` (2: a fallback too)."
     import torch
-    from safetensors.torch import save_file
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    from safetensors.torch import save as safetensors_bytes
+    folder = Path(folder)
     final, tmp = folder / f"round_{round}", folder / f".tmp_round_{round}_{os.getpid()}"
-    for stale in folder.glob(".tmp_round_*"): shutil.rmtree(stale, ignore_errors=True)  # left by a killed save
-    tmp.mkdir()
+    for name in list_dir(folder):
+        if name.startswith(".tmp_round_"):
+            with suppress(OSError): remove(folder / name)  # left by a killed save (a link there stays)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(_untie(tensors), tmp / "model.safetensors")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    opt = io.BytesIO(); torch.save(optimizer.state_dict(), opt)
     rng = dict(torch=torch.get_rng_state().tolist(), python=list(random.getstate()[1]))
-    (tmp / "state.json").write_text(json.dumps(dict(state, round=round, rng=rng)))
-    atomic_write(tmp / "complete", json.dumps(dict(files={n: _digest(tmp / n) for n in CHECKPOINT_FILES})))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    files = {"model.safetensors": safetensors_bytes(_untie(tensors)), "optimizer.pt": opt.getvalue(),
+             "state.json": json.dumps(dict(state, round=round, rng=rng)).encode()}
+    for name, data in files.items(): atomic_write(tmp / name, data)  # each written without following a link
+    atomic_write(tmp / "complete", json.dumps(dict(files={n: _digest(b) for n, b in files.items()})))
+    remove(final)  # an earlier try at this round (a link there is refused, never followed)
+    rename(tmp, final.name)
     try: verify_checkpoint(final)
-    except CheckpointError: shutil.rmtree(final, ignore_errors=True); raise  # the older checkpoints stay
+    except CheckpointError: remove(final); raise  # the older checkpoints stay
     before = sorted(r for r in _checkpoints(folder) if r < round)
     kept = set(before[len(before) - keep + 1:]) if keep > 1 else set()
     for old in _checkpoints(folder):  # later rounds too: a future the node resumed from before (a damaged one)
-        if old != round and old not in kept: shutil.rmtree(folder / f"round_{old}", ignore_errors=True)
+        if old != round and old not in kept:
+            with suppress(OSError): remove(folder / f"round_{old}")
     return final
 
 def _untie(tensors:dict) -> dict:
@@ -192,25 +222,29 @@ def _untie(tensors:dict) -> dict:
     return out
 
 def _checkpoints(folder) -> list:
-    "Rounds of the checkpoints in `folder` that have a `complete` marker (verified only when loaded)."
-    out = []
-    for p in Path(folder).glob("round_*"):
-        if (p / "complete").exists() and p.name[6:].isdigit(): out.append(int(p.name[6:]))
-    return out
+    "Rounds of the checkpoint folders in `folder` that have a `complete` marker (verified only when loaded); no links."
+    return [int(n[6:]) for n, kind in list_dir(folder).items()
+            if kind == "dir" and n.startswith("round_") and n[6:].isdigit() and path_kind(Path(folder) / n / "complete") == "file"]
+
+def checkpoint_bytes(ck, name:str) -> bytes:
+    "File `name` of checkpoint folder `ck`, read without following links and checked against its marker; else `CheckpointError`."
+    marker = read_json_file(Path(ck) / "complete")
+    files = marker.get("files") if isinstance(marker, dict) else None
+    if not isinstance(files, dict) or set(files) != set(CHECKPOINT_FILES):
+        raise CheckpointError(f"{ck}: the marker is unreadable or does not list the checkpoint's files")
+    f = open_regular(Path(ck) / name)
+    if f is None: raise CheckpointError(f"{ck}: {name} is missing, or not a regular file")
+    with f: data = f.read()
+    got, want = _digest(data), files[name]
+    if got != want: raise CheckpointError(f"{ck}: {name} does not match its checksum ({got['bytes']} bytes, expected "
+                                          f"{want.get('bytes') if isinstance(want, dict) else '?'})")
+    return data
 
 def verify_checkpoint(ck) -> dict:
     "The parsed `state.json` of checkpoint folder `ck`, after checking every file against its marker; else `CheckpointError`."
-    try: marker = json.loads((Path(ck) / "complete").read_text())
-    except (OSError, ValueError) as e: raise CheckpointError(f"{ck}: unreadable marker ({e})") from None
-    files = marker.get("files") if isinstance(marker, dict) else None
-    if not isinstance(files, dict) or set(files) != set(CHECKPOINT_FILES):
-        raise CheckpointError(f"{ck}: the marker does not list the checkpoint's files")
-    for name, want in files.items():
-        try: got = _digest(Path(ck) / name)
-        except OSError as e: raise CheckpointError(f"{ck}: {name} unreadable ({e.strerror or e})") from None
-        if got != want: raise CheckpointError(f"{ck}: {name} does not match its checksum ({got['bytes']} bytes, expected {want.get('bytes') if isinstance(want, dict) else '?'})")
-    try: state = json.loads((Path(ck) / "state.json").read_text())
-    except ValueError as e: raise CheckpointError(f"{ck}: state.json is not JSON ({e})") from None
+    for name in CHECKPOINT_FILES[:-1]: checkpoint_bytes(ck, name)
+    try: state = json.loads(checkpoint_bytes(ck, "state.json"))
+    except (ValueError, RecursionError) as e: raise CheckpointError(f"{ck}: state.json is not JSON ({e})") from None
     _check_state(state)
     return state
 
@@ -228,7 +262,7 @@ def _check_state(state):
 # %% ../nbs/12_node.ipynb #4e4c8f02
 def intact_checkpoint(folder, check=None, log=print) -> tuple:
     "`(path, state)` of the newest checkpoint in `folder` that verifies and passes `check`; `(None, None)` if there is none, `CheckpointError` if none is intact."
-    rounds = sorted(_checkpoints(folder), reverse=True) if Path(folder).exists() else []
+    rounds = sorted(_checkpoints(folder), reverse=True)  # `UnsafePath` if the folder is a link or under one
     for r in rounds:
         ck = Path(folder) / f"round_{r}"
         try:
@@ -243,15 +277,15 @@ def intact_checkpoint(folder, check=None, log=print) -> tuple:
 def load_checkpoint(folder, model, optimizer, check=None, log=print) -> dict|None:
     "Restore the newest good checkpoint in `folder` into `model` and `optimizer` and return its state; None if there is none."
     import torch
-    from safetensors.torch import load_file
+    from safetensors.torch import load as safetensors_load
     ck, state = intact_checkpoint(folder, check, log)
     if ck is None: return None
-    model.load_state_dict(load_file(ck / "model.safetensors"), strict=False)
-    optimizer.load_state_dict(torch.load(ck / "optimizer.pt", weights_only=True))
+    # the bytes loaded are the bytes checked: a file swapped after the check is refused, not loaded
+    model.load_state_dict(safetensors_load(checkpoint_bytes(ck, "model.safetensors")), strict=False)
+    optimizer.load_state_dict(torch.load(io.BytesIO(checkpoint_bytes(ck, "optimizer.pt")), weights_only=True))
     torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
     random.setstate((3, tuple(state["rng"]["python"]), None))
     return state
-
 
 # %% ../nbs/12_node.ipynb #996f3f94
 def open_transport(cfg:SAPOConfig):
@@ -318,9 +352,9 @@ class SwarmNode:
     def _check_root(self):
         "Fail at start, with what to do, when the experiment folder cannot be written."
         d = experiment_dir(self.cfg)
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            atomic_write(d / f".write_test_{self.cfg.node_id}", b"ok"); (d / f".write_test_{self.cfg.node_id}").unlink()
+        probe = d / f".write_test_{self.cfg.node_id}_{secrets.token_hex(4)}"  # a fresh name: nothing planted is in the way
+        try: atomic_write(probe, b"ok"); remove(probe)
+        except UnsafePath: raise  # says what is in the way (the experiment folder a link, say), not that the disk is full
         except OSError as e:
             raise OSError(f"SAPOConfig.root: cannot write to {d} ({e.strerror or e}); choose a writable folder "
                           f"with --root or SAPO_ROOT, or free disk space") from None
@@ -411,7 +445,8 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
         now = time.perf_counter(); sec[name] = now - t; t = now
     candidates = self._collect(r) if reads_pool else []; lap("collect")
     ext, info = (select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id), mix=cfg.mix,
-                                 fresh_from=r - cfg.max_staleness, trained=self.trained_external) if reads_pool else ([], {}))
+                                 fresh_from=r - cfg.max_staleness, trained=self.trained_external,
+                                 scoring_budget=cfg.scoring_budget) if reads_pool else ([], {}))
     self.trained_external = {k for k in self.trained_external if k[1] >= r - cfg.top_up_rounds - cfg.max_staleness} | {
         group_key(g) for g in ext}  # what top-ups must not repeat: only the window's rounds are kept
     ext = [replace(g, prompt=self.format_prompt(tok, g.entry)) for g in ext]  # the question as we rebuilt it
@@ -485,6 +520,32 @@ def _state(self:SwarmNode) -> dict:
     return dict(questions_drawn=self.stream.drawn, stream=self.stream.position(), controller=self.controller.to_dict(),
                 config=self.cfg.to_dict())
 
+def _drawn_ok(n, round:int, cfg:SAPOConfig) -> bool:
+    "Whether `n` questions can have been drawn by the end of `round`: at most I + J a round (64 for very small I + J)."
+    return type(n) is int and 0 <= n <= (round + 1) * max(cfg.local_questions + cfg.external_questions, 64)
+
+@patch
+def _controller_changed(self:SwarmNode, state:dict) -> bool:
+    "Whether the controller's settings changed since the checkpoint (then the checkpoint's controller is not used)."
+    old = state.get("config") if isinstance(state.get("config"), dict) else {}
+    return any(k in old and old[k] != getattr(self.cfg, k) for k in _CONTROLLER_FIELDS)
+
+@patch
+def _check_controller(self:SwarmNode, saved):
+    "A restored controller state, bounded by this config: its kind and I + J, a J in 0..I+J, finite numbers, short lists."
+    from sapo_nb.sampler import controller_from_dict
+    total, kind = self.cfg.local_questions + self.cfg.external_questions, self.cfg.adaptive
+    def bad(why): raise CheckpointError(f"state.json: controller state {why}") from None
+    if not isinstance(saved, dict) or saved.get("kind") != kind or saved.get("total") != total:
+        bad(f"is not one of this config's (adaptive={kind!r}, I + J = {total})")
+    for k, v in saved.items():
+        items = v if isinstance(v, list) else [v]
+        if len(items) > total + 1 or any(isinstance(x, (int, float)) and not is_finite(x) for x in items):
+            bad(f"field {k!r} is out of bounds")
+    try: I, J = controller_from_dict(saved).ij
+    except (TypeError, ValueError, KeyError, AttributeError) as e: bad(f"is malformed ({type(e).__name__}: {e})")
+    if not (is_count(I) and is_count(J) and I + J == total): bad(f"gives I/J {I}/{J}, not a split of I + J = {total}")
+
 @patch
 def _check_restored(self:SwarmNode, state:dict):
     "Refuse a checkpoint of another run (`ResumeError`); reject out-of-bounds state (`CheckpointError`)."
@@ -502,13 +563,12 @@ def _check_restored(self:SwarmNode, state:dict):
                                    self.cfg.tasks).restore(state["stream"])
         except ValueError as e: raise CheckpointError(f"state.json: {e}") from None
     else:  # a checkpoint from before stream positions: the stream is skipped question by question, so bound it
-        qd, total = state.get("questions_drawn"), self.cfg.local_questions + self.cfg.external_questions
-        if not (type(qd) is int and 0 <= qd <= (state["round"] + 1) * max(total, 64)):
+        qd = state.get("questions_drawn")
+        if not _drawn_ok(qd, state["round"], self.cfg):
             raise CheckpointError(f"state.json: questions_drawn={qd!r} is impossible by round {state['round']}")
-    from sapo_nb.sampler import controller_from_dict
-    try: controller_from_dict(state.get("controller"))
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        raise CheckpointError(f"state.json: bad controller state ({type(e).__name__}: {e})") from None
+    if "stream" in state and not _drawn_ok(state["stream"].get("drawn"), state["round"], self.cfg):
+        raise CheckpointError(f"state.json: the stream drew {state['stream'].get('drawn')!r} questions, impossible by round {state['round']}")
+    if not self._controller_changed(state): self._check_controller(state.get("controller"))
 
 @patch
 def _apply_changes(self:SwarmNode, state:dict):
@@ -558,7 +618,7 @@ def _cut_records(self:SwarmNode, last_round:int):
 
 @patch
 def _checkpoint(self:SwarmNode, r:int):
-    save_checkpoint(checkpoint_dir(self.cfg), r, self.policy, self.trainer.opt, self._state())
+    save_checkpoint(checkpoint_dir(self.cfg), r, self.policy, self.trainer.opt, self._state(), keep=self.cfg.checkpoints_kept)
 
 @patch
 def close(self:SwarmNode):
@@ -572,8 +632,8 @@ def step(self:SwarmNode, state:dict|None=None) -> dict:
     "Run the next round (or finish the one `begin_round` started): metrics row appended, checkpoint when due."
     r = self.round
     if getattr(self, "lease", None) is not None and self.lease.lost:
-        raise NodeRunning(f"{self.cfg.node_id}: another process took over this node's lease (this one stalled for over "
-                          f"{self.lease.stale_after:.0f} s); stopping before round {r} so that the two do not both run it")
+        raise NodeRunning(f"{self.cfg.node_id}: {self.lease.lost}; stopping before round {r} so that two processes never "
+                          f"both run it. If none other does, start the node again: it resumes from its newest checkpoint.")
     row = self.run_round(r) if state is None else self.finish_round(state)
     append_jsonl(metrics_path(self.cfg), row)  # the source of truth; the tracker (if any) gets a copy, and never fails the node
     if getattr(self, "tracker", None) is None:
@@ -626,7 +686,7 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
                dest,           # a folder that does not exist yet
                log=print) -> Path:
     "Write the model node `cfg.node_id` trained (its newest intact checkpoint) to folder `dest`, as transformers saves one."
-    from safetensors.torch import load_file
+    from safetensors.torch import load as safetensors_load
     from sapo_nb.models import build_atomically
     dest = Path(dest)
     if dest.exists(): raise FileExistsError(f"{dest} exists; choose a folder that does not")
@@ -634,7 +694,7 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
     if ck is None:
         raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished run keeps its "
                               "checkpoints only when run with --keep-checkpoints")
-    weights = load_file(ck / "model.safetensors")
+    weights = safetensors_load(checkpoint_bytes(ck, "model.safetensors"))
     if cfg.adapter == "none": policy = node_policy(cfg.replace(device="cpu")); policy.load_state_dict(weights)
     else: policy = merged_adapter(cfg, weights)
     def write(tmp): policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)

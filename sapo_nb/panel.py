@@ -8,7 +8,7 @@ import html, json, os, re, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
 from .config import ConfigError, CHOICES, field_docs, preset
-from .core import experiment_dir, read_json_file
+from .core import experiment_dir, read_json_file, trust_root
 from .node import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
                            require_process_groups, stop_swarm, swarm_key)
@@ -215,7 +215,7 @@ def _watch(self:SwarmPanel, root, experiment:str):
     with self._lock:
         old = getattr(self, "watcher", None)
         if old is not None and _TIMERS.get(swarm_key(old.dir)) is self: _TIMERS.pop(swarm_key(old.dir))
-        self.watcher = SwarmWatcher(root, experiment, self.window)
+        self.watcher = SwarmWatcher(trust_root(root), experiment, self.window)  # the root trusted, nothing below it
         self.fig.data, self._traces = (), {}
         self.log_node.options = []
         if self._thread is not None:
@@ -342,7 +342,7 @@ def attach(self:SwarmPanel, root=None, experiment:str|None=None):
     if errors: self._say("cannot attach: fix the folder", error=True); return
     self.set_values(root=root, experiment=experiment)
     from traitlets import TraitError
-    swarm = read_json_file(Path(root) / experiment / "config.json")
+    swarm = read_json_file(trust_root(root) / experiment / "config.json")
     nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
     if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
         c = nodes[0]

@@ -4,15 +4,16 @@
 
 # %% ../nbs/01_rewards.ipynb #8c4debe4
 from __future__ import annotations
-import ast, itertools, json, math, multiprocessing, os, pickle, re, threading, time
+import ast, itertools, json, math, multiprocessing, os, pickle, re, signal, threading, time
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FALLBACKS', 'MAX_ANSWER_CHARS', 'CHECKERS', 'extract_answer', 'LibraryChecker', 'get_checker', 'check_answer',
-           'score_completions', 'RewardFn', 'gold_answer', 'is_answerable', 'ScoringWorker', 'shared_worker',
-           'BoundedRewardFn', 'make_reward_fn']
+           'score_completions', 'RewardFn', 'ScoringBudget', 'score_groups', 'gold_answer', 'is_answerable',
+           'ScoringWorker', 'shared_worker', 'BoundedRewardFn', 'make_reward_fn']
 
 # %% ../nbs/01_rewards.ipynb #fa712486
 _TAG = re.compile(r"<\s{0,4}(/?)\s{0,4}answer\s{0,4}>", re.IGNORECASE)
@@ -63,15 +64,22 @@ def _binary_matrix_score(answer, entry) -> float:
     return 0.1 if as_text == gold else 0.0
 
 # %% ../nbs/01_rewards.ipynb #0a59d9d4
-_MAX_LOGIC_VARS = 12       # distinct names in premises and answer together: the truth table has 2**n rows
-_LOGIC_MAX_CHARS = 256     # one formula (the answer or a premise)
-_LOGIC_MAX_SYMBOLS = 48    # connectives and opening brackets in one formula: the parser's depth and rescans
+_MAX_LOGIC_VARS = 12       # distinct names of the item (variables and premises' names): a truth table of 2**n rows
+_LOGIC_MAX_CHARS = 48      # one formula (the answer or a premise) without its whitespace; honest ones have at most 17
+_LOGIC_MAX_SYMBOLS = 16    # connectives and opening brackets in one formula (honest: at most 8): the parser's depth
 _LOGIC_MAX_PREMISES = 16
+_SPACE = re.compile(r"\s+")
+
+def _compact(text:str) -> str:
+    "`text` without whitespace: the parser strips it around every part (only names could change)."
+    return _SPACE.sub("", text)
 
 def _logic_tree(text):
-    "ReasoningGym's parse of one formula; `ValueError` beyond the size limits, so parsing stays cheap."
+    "ReasoningGym's parse of one formula, whitespace removed; `ValueError` beyond the size limits."
     from reasoning_gym.logic.propositional_logic import parse_expr
-    if not isinstance(text, str) or len(text) > _LOGIC_MAX_CHARS or sum(map(text.count, "(∧∨¬→↔")) > _LOGIC_MAX_SYMBOLS:
+    if not isinstance(text, str): raise ValueError("not a formula")
+    text = _compact(text)
+    if len(text) > _LOGIC_MAX_CHARS or sum(map(text.count, "(∧∨¬→↔")) > _LOGIC_MAX_SYMBOLS:
         raise ValueError("formula over the size limits")
     return parse_expr(text)
 
@@ -108,13 +116,16 @@ def _restates(tree, premises:list) -> bool:
     return _conjuncts(tree) <= set().union(*map(_conjuncts, premises))
 
 def _propositional_logic_score(answer, entry) -> float:
-    "ReasoningGym's propositional_logic verdict within size and variable limits; 0.0 for an answer that only restates premises."
-    premises = entry["metadata"]["premises"]
+    "ReasoningGym's propositional_logic verdict within size limits, on the item's names; 0.0 for a restated premise."
+    md = entry["metadata"]
+    premises = md["premises"]
     if not isinstance(premises, list) or len(premises) > _LOGIC_MAX_PREMISES: return 0.0
     premises, tree = [_logic_tree(p) for p in premises], _logic_tree(answer)
-    if len(set().union(_names(tree, set()), *(_names(p, set()) for p in premises))) > _MAX_LOGIC_VARS: return 0.0
+    variables = [v for v in md.get("variables") or [] if isinstance(v, str)]
+    item_names = set().union(*(_names(p, set()) for p in premises), variables)
+    if len(item_names) > _MAX_LOGIC_VARS or not _names(tree, set()) <= item_names: return 0.0
     if _restates(tree, premises): return 0.0
-    return _library_scorer("propositional_logic")(answer, entry)
+    return _library_scorer("propositional_logic")(_compact(answer), entry)
 
 # %% ../nbs/01_rewards.ipynb #ab1e7c31
 @lru_cache(maxsize=None)
@@ -181,9 +192,108 @@ class RewardFn:
     def __post_init__(self): extract_answer("", fallback=self.answer_fallback)   # reject a bad fallback now, not mid-run
     def __call__(self, entry, completions) -> list[float]:
         return score_completions(entry, completions, answer_fallback=self.answer_fallback, partial_credit=self.partial_credit)
-    def score_batch(self, groups) -> list[list[float]]:
-        "One reward list per `(entry, completions)` group."
-        return [self(entry, completions) for entry, completions in groups]
+    # score_batch(groups, budget=None, owners=None): a round's groups in one call, within a budget (below)
+
+# %% ../nbs/01_rewards.ipynb #f217074e
+_MIN_SLICE = 1e-3   # seconds: a group whose sender has less left than this is not started
+
+class ScoringBudget:
+    "The seconds one round may spend scoring, shared max-min fairly among the groups' senders."
+    def __init__(self, seconds:float=math.inf): # the round's scoring time; `inf`: no limit, only the account
+        self.seconds = float(seconds)
+        self.spent, self.waiting = Counter(), Counter()   # per sender: seconds charged; groups planned, not yet settled
+        self.used = 0.0                                    # seconds charged in all
+        self._active, self._idle_spent = 0, 0.0            # senders with groups waiting; what the others spent
+
+    def plan(self, owners) -> ScoringBudget:
+        "One more waiting group per item of `owners` (a sender id per group)."
+        for o in owners:
+            if self.waiting[o] == 0: self._active += 1; self._idle_spent -= self.spent[o]
+            self.waiting[o] += 1
+        return self
+
+    def limit(self, owner) -> float:
+        "Seconds `owner`'s next group may take: its level minus what it spent, within what is left of the round."
+        level = (self.seconds - self._idle_spent) / max(self._active, 1)
+        return min(level - self.spent[owner], self.seconds - self.used)
+
+    def charge(self, owner, seconds:float) -> None:
+        "Add `seconds` to what `owner` spent (a group, or the restart of a worker its group killed)."
+        self.spent[owner] += seconds; self.used += seconds
+        if self.waiting[owner] == 0: self._idle_spent += seconds
+
+    def settle(self, owner, seconds:float=0.0) -> None:
+        "Charge one of `owner`'s waiting groups `seconds`, and count it done (scored or not)."
+        self.charge(owner, seconds)
+        self.waiting[owner] -= 1
+        if self.waiting[owner] == 0: self._active -= 1; self._idle_spent += self.spent[owner]
+
+    def __repr__(self):
+        return (f"ScoringBudget(seconds={self.seconds}, used={self.used:.3f}, senders={len(self.spent)}, "
+                f"waiting={sum(self.waiting.values())})")
+
+# %% ../nbs/01_rewards.ipynb #dd803591
+class _Overtime(BaseException): "A group's time is up (a `BaseException`: a checker's `except Exception` misses it)."
+
+_FIRED = [False]   # whether the current group's timer went off
+
+def _on_alarm(signum, frame):
+    _FIRED[0] = True
+    raise _Overtime()
+
+def _call_within(fn, args, limit:float, interrupt:bool):
+    "`(fn(*args) or the exception it raised, True)`, or `(None, False)` when `interrupt` and `limit` seconds ran out."
+    if not interrupt or not math.isfinite(limit):
+        try: return fn(*args), True
+        except Exception as e: return e, True
+    _FIRED[0] = False
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(limit, 1e-6))
+        try: result = fn(*args)
+        except _Overtime: raise
+        except BaseException as e: result = e            # MemoryError at the cap, a checker's bug
+        finally: signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Overtime: return None, False
+    return (None, False) if _FIRED[0] else (result, True)
+
+def score_groups(reward_fn,                     # `reward_fn(entry, completions) -> list[float]`
+                 groups,                        # `(entry, completions)` pairs, scored in this order
+                 budget:ScoringBudget|None=None, # the round's budget; None: no limit
+                 owners=None,                   # the sender of each group (for the budget's shares)
+                 cap:float=math.inf,            # seconds any one group may take
+                 interrupt:bool=False,          # stop a group at its limit (a scoring worker's main thread only)
+                 plan:bool=True,                # plan the groups in `budget` first (False: the caller has)
+                ):
+    "Yield, per group: its rewards, 'over_budget', 'timeout', or the exception `reward_fn` raised."
+    groups = list(groups)
+    owners = list(owners) if owners is not None else [None] * len(groups)
+    if budget is not None and plan: budget.plan(owners)
+    for (entry, completions), owner in zip(groups, owners):
+        by_budget = budget.limit(owner) if budget is not None else math.inf
+        limit, late = min(cap, by_budget), ("over_budget" if by_budget <= cap else "timeout")
+        if limit < _MIN_SLICE:
+            if budget is not None: budget.settle(owner)
+            yield late; continue
+        t = time.perf_counter()
+        result, done = _call_within(reward_fn, (entry, completions), limit, interrupt)
+        if budget is not None: budget.settle(owner, time.perf_counter() - t)
+        yield result if done else late
+
+# %% ../nbs/01_rewards.ipynb #ad21bb59
+def _unscored(result, budget, n:int):
+    "What a group that was not scored becomes: its reason with a budget ('over_budget', 'score_error'), else `n` zeros."
+    if budget is None: return [0.0] * n
+    return "over_budget" if isinstance(result, str) and result == "over_budget" else "score_error"
+
+@patch
+def score_batch(self:RewardFn,
+                groups,                         # `(entry, completions)` pairs
+                budget:ScoringBudget|None=None, # the round's budget (see `ScoringBudget`); None: score every group
+                owners=None,                    # the sender of each group, for the budget's fair shares
+               ) -> list:
+    "One reward list per group, in this process; with a budget, the reason instead for a group it did not reach."
+    return [r if isinstance(r, list) else _unscored(r, budget, len(_completion_list(c)))
+            for r, (_, c) in zip(score_groups(self, groups, budget, owners), groups)]
 
 # %% ../nbs/01_rewards.ipynb #8b50bb74
 def _logic_witnesses(md:dict):
@@ -230,30 +340,33 @@ def _warm_up() -> None:
         if isinstance(checker, LibraryChecker): _library_scorer(checker.task)
     _logic_tree("P")
 
+def _reply_text(result) -> str:
+    "A group's reply as JSON: its rewards when they are numbers, 'over_budget' or 'timeout' if not scored, else null."
+    if isinstance(result, str) and result in ("over_budget", "timeout"): return json.dumps(result)
+    numbers = isinstance(result, list) and all(type(r) in (int, float) for r in result)
+    try: return json.dumps(result, allow_nan=False) if numbers else "null"
+    except ValueError: return "null"
+
 def _worker_main(conn, memory_bytes:int) -> None:
     "The scoring child: warm up, cap its memory, say ready, then score batches until the pipe closes."
-    import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # Ctrl-C is the node's to handle
+    interrupt = hasattr(signal, "setitimer")              # stop slow groups here (elsewhere only the node's kill does)
+    if interrupt: signal.signal(signal.SIGALRM, _on_alarm)
     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ.setdefault(k, "1")
     _warm_up()
     _limit_memory(memory_bytes)
     conn.send_bytes(b'"ready"')
     while True:
-        try: reward_fn, groups = pickle.loads(conn.recv_bytes())
+        try: reward_fn, groups, budget, owners, cap = pickle.loads(conn.recv_bytes())
         except EOFError: return                           # the node closed the pipe, or died
-        for entry, completions in groups:
-            try:
-                rewards = reward_fn(entry, completions)
-                numbers = isinstance(rewards, list) and all(type(r) in (int, float) for r in rewards)
-                reply = json.dumps(rewards, allow_nan=False) if numbers else "null"
-            except BaseException: reply = "null"          # MemoryError at the cap, a checker's bug: this group scores 0
-            conn.send_bytes(reply.encode())
+        for result in score_groups(reward_fn, groups, budget, owners, cap=cap, interrupt=interrupt, plan=False):
+            conn.send_bytes(_reply_text(result).encode())
 
 # %% ../nbs/01_rewards.ipynb #d71c4011
 class ScoringWorker:
     "A child process that scores batches of groups, each within `group_timeout` seconds and `memory_bytes` of extra memory."
     def __init__(self,
-                 group_timeout:float=5.0,     # seconds one group may take; then the child is killed and the group scores 0
+                 group_timeout:float=5.0,     # seconds a group may take; then it is stopped (or the child killed): 0
                  memory_bytes:int=2 * 2**30,  # address space the child may add after its imports (RLIMIT_AS)
                  start_timeout:float=120.0,   # seconds to start the child and import ReasoningGym
                  max_reply_bytes:int=2**20,   # the longest reply read for one group
@@ -261,6 +374,7 @@ class ScoringWorker:
         self.group_timeout, self.memory_bytes = float(group_timeout), int(memory_bytes)
         self.start_timeout, self.max_reply_bytes = float(start_timeout), int(max_reply_bytes)
         self.starts = self.timeouts = self.crashes = 0   # children started; groups cut off for time; children that died
+        self.send_timeouts = 0                           # batches the child did not take in time (it was killed)
         self.start_seconds = None                        # how long the last start took, until the child was ready
         self._process = self._conn = None
         self._ready, self._lock = False, threading.RLock()
@@ -310,10 +424,12 @@ class ScoringWorker:
 
     def __repr__(self):
         return (f"ScoringWorker(alive={self.alive}, starts={self.starts}, timeouts={self.timeouts}, crashes={self.crashes}, "
-                f"group_timeout={self.group_timeout})")
+                f"send_timeouts={self.send_timeouts}, group_timeout={self.group_timeout})")
 
 # %% ../nbs/01_rewards.ipynb #d1c998fc
-_LATE = object()   # a reply that did not come: the group ran out of time or killed the child
+_LATE, _DEAD = object(), object()   # a reply that did not come in time; a child that died (or sent too much)
+_GRACE = 0.25                       # seconds the node waits past a group's limit before it kills the child
+_SEND_RATE = 2**24                  # bytes a second a healthy child takes in, at least
 
 def _valid_rewards(rewards, n:int) -> list[float]:
     "`rewards` when it is `n` numbers in [0, 1], else `n` zeros."
@@ -325,50 +441,92 @@ def _picklable(x) -> bool:
     except Exception: return False
 
 @patch
-def _reply(self:ScoringWorker):
-    "The next group's rewards as sent (parsed JSON, `None` if unreadable), or `_LATE`."
+def _reply(self:ScoringWorker, timeout:float):
+    "The next group's reply as sent (parsed JSON, `None` if unreadable), `_LATE` after `timeout` seconds, or `_DEAD`."
     try:
-        if not self._conn.poll(self.group_timeout):
-            self.timeouts += 1
-            return _LATE
+        if not self._conn.poll(timeout): return _LATE
         data = self._conn.recv_bytes(self.max_reply_bytes)
-    except (EOFError, OSError):                      # the child died, or sent more than we read
-        self.crashes += 1
-        return _LATE
+    except (EOFError, OSError): return _DEAD          # the child died, or sent more than we read
     try: return json.loads(data)
     except Exception: return None
+
+@patch
+def _send(self:ScoringWorker, payload:bytes) -> bool:
+    "Send `payload` to the child within `group_timeout` plus its size at `_SEND_RATE`; else kill the child: False."
+    sent = []
+    def send():
+        try: self._conn.send_bytes(payload); sent.append(True)
+        except (OSError, ValueError): pass            # the child died (or we killed it): the pipe is broken
+    thread = threading.Thread(target=send, daemon=True, name="sapo-scoring-send")
+    thread.start(); thread.join(self.group_timeout + len(payload) / _SEND_RATE)
+    if sent: return True
+    if thread.is_alive(): self.send_timeouts += 1     # it stopped reading
+    else: self.crashes += 1                           # it died between batches
+    if self._process is not None and self._process.is_alive(): self._process.kill()   # ends the blocked send
+    thread.join(5)
+    self._stop()
+    return False
+
+# %% ../nbs/01_rewards.ipynb #ca2d91f9
+@patch
+def _read_replies(self:ScoringWorker, todo:list, groups:list, owners:list, budget, out:list):
+    "Read the replies to the batch `todo` into `out`; `(groups left, the culprit's sender)` when the child had to go."
+    t = time.perf_counter()
+    for k, i in enumerate(todo):
+        n, owner = len(groups[i][1]), owners[i]
+        by_budget = budget.limit(owner) if budget is not None else math.inf
+        reply = self._reply(max(min(self.group_timeout, by_budget), 0.0) + _GRACE)
+        if reply is _LATE or reply is _DEAD:         # group i is the culprit: counted; the rest go to a fresh child
+            over = reply is _LATE and by_budget < self.group_timeout
+            if reply is _DEAD: self.crashes += 1
+            elif not over: self.timeouts += 1
+            self._stop()
+            if budget is not None: budget.settle(owner, time.perf_counter() - t)
+            out[i] = _unscored("over_budget" if over else "score_error", budget, n)
+            return todo[k + 1:], owner
+        now = time.perf_counter()
+        if budget is not None: budget.settle(owner, now - t)
+        t = now
+        if reply == "timeout": self.timeouts += 1
+        out[i] = _unscored(reply, budget, n) if isinstance(reply, str) else _valid_rewards(reply, n)
+    return [], None
 
 @patch
 def score_batch(self:ScoringWorker,
                 reward_fn, # a picklable `reward_fn(entry, completions) -> list[float]`: a `RewardFn`, or a test's stand-in
                 groups,    # the round's `(entry, completions)` pairs
-               ) -> list[list[float]]:
-    "One reward list per group, scored in the child; a group that runs late or kills the child scores 0, the rest go on."
+                budget:ScoringBudget|None=None, # the round's budget; None: every group is scored (within group_timeout)
+                owners=None, # the sender of each group, for the budget's fair shares
+               ) -> list:
+    "One reward list per group, scored in the child; with a budget, a reason for one not scored."
     if not _picklable(reward_fn): raise TypeError(f"reward_fn: got {reward_fn!r}; allowed: a picklable callable, e.g. RewardFn()")
     groups = [(entry, _completion_list(completions)) for entry, completions in groups]
-    out = [[0.0] * len(c) for _, c in groups]
+    owners = list(owners) if owners is not None else [None] * len(groups)
     todo = [i for i, (_, c) in enumerate(groups) if c]
+    if budget is not None: budget.plan(owners[i] for i in todo)
+    out, resent = [[0.0] * len(c) for _, c in groups], False
+    def drop(indices, reason):
+        for i in indices:
+            out[i] = _unscored(reason, budget, len(groups[i][1]))
+            if budget is not None: budget.settle(owners[i])
     with self._lock:
-        for _ in range(len(todo) + 3):               # each pass ends the batch or drops a group (or an unpicklable one, or a dead child)
-            if not todo: break
-            try: payload = pickle.dumps((reward_fn, [groups[i] for i in todo]))
-            except Exception:                        # a group that cannot be pickled scores 0
-                todo = [i for i in todo if _picklable(groups[i])]
-                continue
+        while todo:
+            if budget is not None and budget.seconds - budget.used < _MIN_SLICE:
+                drop(todo, "over_budget"); self.start(); break   # nothing left: the restart runs in the background
+            batch = [groups[i] for i in todo]
+            try: payload = pickle.dumps((reward_fn, batch, budget, [owners[i] for i in todo], self.group_timeout))
+            except Exception:                        # a group that cannot be pickled is not scored
+                bad = [i for i in todo if not _picklable(groups[i])] or todo
+                drop(bad, "score_error"); todo = [i for i in todo if i not in bad]; continue
             self._wait_ready()
-            try: self._conn.send_bytes(payload)
-            except (OSError, ValueError):            # it died between batches: not this batch's fault
-                self.crashes += 1
-                self._stop()
-                continue
-            for k, i in enumerate(todo):
-                reply = self._reply()
-                if reply is _LATE:                   # group i is the culprit: it scores 0, the rest go to a fresh child
-                    self._stop()
-                    todo = todo[k + 1:]
-                    break
-                out[i] = _valid_rewards(reply, len(groups[i][1]))
-            else: todo = []
+            t = time.perf_counter()
+            if not self._send(payload):              # stuck or dead: once more to a fresh child
+                if budget is not None: budget.charge(None, time.perf_counter() - t)   # lost time: no sender's fault
+                if resent: drop(todo, "score_error"); break
+                resent = True; continue
+            todo, culprit = self._read_replies(todo, groups, owners, budget, out)
+            if todo and budget is not None:          # the culprit's sender pays for the restart
+                t = time.perf_counter(); self._wait_ready(); budget.charge(culprit, time.perf_counter() - t)
     return out
 
 # %% ../nbs/01_rewards.ipynb #ac6fad40
@@ -393,7 +551,9 @@ class BoundedRewardFn:
         "Start the worker now, in the background (the first round then finds it ready)."
         self.worker.start()
         return self
-    def score_batch(self, groups) -> list[list[float]]: return self.worker.score_batch(self.reward_fn, groups)
+    def score_batch(self, groups, budget:ScoringBudget|None=None, owners=None) -> list:
+        "One reward list per group (see `ScoringWorker.score_batch`)."
+        return self.worker.score_batch(self.reward_fn, groups, budget, owners)
     def __call__(self, entry, completions) -> list[float]: return self.score_batch([(entry, completions)])[0]
     def __repr__(self): return f"BoundedRewardFn({self.reward_fn!r}, {self.worker!r})"
 

@@ -4,20 +4,38 @@
 
 # %% ../nbs/09_sampler.ipynb #68b0a0fc
 from __future__ import annotations
-import logging, math, random
+import itertools, logging, math, random
 from collections import Counter
 from dataclasses import dataclass, field, asdict, replace
 from .config import SAPOConfig
 from .core import Group
+from .rewards import ScoringBudget, score_groups
 
 # %% auto #0
-__all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'ADAPTIVE', 'rescore', 'has_spread', 'paper', 'uniform', 'top_reward',
-           'first', 'get_strategy', 'round_rng', 'group_key', 'select_external', 'FixedIJ', 'ThesisIJ', 'GradientIJ',
-           'BanditIJ', 'make_controller', 'controller_from_dict']
+__all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'SCORING_BUDGET', 'ADAPTIVE', 'fair_order', 'rescore', 'has_spread',
+           'paper', 'uniform', 'top_reward', 'first', 'get_strategy', 'round_rng', 'group_key', 'select_external',
+           'FixedIJ', 'ThesisIJ', 'GradientIJ', 'BanditIJ', 'make_controller', 'controller_from_dict']
 
 # %% ../nbs/09_sampler.ipynb #8a65b12d
 logger = logging.getLogger("sapo_nb.sampler")
 _warned = set()  # exception types already logged by rescore (then only counted)
+
+# %% ../nbs/09_sampler.ipynb #e9918775
+def _order_rng(rng:random.Random) -> random.Random:
+    "A generator for the scoring order, derived from the selection's `rng` without advancing it."
+    twin = random.Random(); twin.setstate(rng.getstate())
+    return random.Random(f"sapo-score-order:{twin.getrandbits(64)}")
+
+def fair_order(groups:list, rng:random.Random) -> list[int]:
+    "Positions of `groups` round-robin over senders: senders in a seeded random order, each sender's groups shuffled."
+    by = {}
+    canonical = lambda ig: (str(ig[1].node_id), -(ig[1].round or 0), ig[1].index or 0, ig[0])
+    for i, g in sorted(enumerate(groups), key=canonical):
+        by.setdefault(str(g.node_id), []).append(i)      # canonical first: the same order however the files arrived
+    senders = list(by)
+    rng.shuffle(senders)
+    for s in senders: rng.shuffle(by[s])
+    return [i for turn in itertools.zip_longest(*(by[s] for s in senders)) for i in turn if i is not None]
 
 # %% ../nbs/09_sampler.ipynb #fac259e8
 REBUILD_REASONS = {
@@ -26,7 +44,9 @@ REBUILD_REASONS = {
     "question_mismatch": "the question the peer sent differs from the one rebuilt from its item",
     "eval_question": "the question is, by text, one of this mix's held-out evaluation questions",
     "score_error": "the local reward function failed on the group's completions",
+    "over_budget": "the round's scoring budget, or the sender's fair share of it, ran out before the group was scored",
 }
+_UNSCORED = ("over_budget", "score_error")   # what a budgeted scorer returns instead of rewards
 
 def _rebuild(g, mix):
     "The locally rebuilt entry of candidate `g`, or the reason it cannot be used."
@@ -36,15 +56,11 @@ def _rebuild(g, mix):
     if entry["question"] != g.question: return None, "question_mismatch"
     return (None, "eval_question") if is_eval_question(mix, entry["question"]) else (entry, None)
 
-def _score_all(reward_fn, pairs):
-    "Rewards (or the exception) for each (entry, completions) pair, in one batch when the reward function has one."
+def _score_all(reward_fn, pairs, budget, owners):
+    "Rewards, a reason or the exception per (entry, completions) pair, within `budget`; one batch where there is one."
     batch = getattr(reward_fn, "score_batch", None)
-    if batch is not None: return list(batch(pairs))
-    out = []
-    for entry, cs in pairs:
-        try: out.append(reward_fn(entry, cs))
-        except Exception as e: out.append(e)
-    return out
+    if batch is not None: return list(batch(pairs, budget=budget, owners=owners))
+    return list(score_groups(reward_fn, pairs, budget, owners))
 
 def _valid_rewards(rs, n):
     "`rs` as floats if it is `n` finite numbers, else the error."
@@ -54,17 +70,25 @@ def _valid_rewards(rs, n):
     return rs
 
 def rescore(candidates: list, # groups from the pool (untrusted)
-            reward_fn, # local reward: reward_fn(entry, completions) -> list[float] (optionally with .score_batch(pairs))
+            reward_fn, # local reward_fn(entry, completions) -> list[float], maybe with .score_batch
             mix: str, # this node's mix: every item is rebuilt under it
+            budget: ScoringBudget|None=None, # the round's scoring budget (shared fairly among senders); None: no limit
+            rng: random.Random|None=None, # the selection's generator: the scoring order derives from it (not advanced)
            ) -> tuple[list, Counter]:
-    "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally, and a Counter of rejected ones by reason."
+    "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally within `budget`; the rest by reason."
     rejected, keep = Counter(), []
     for g in candidates:
         entry, why = _rebuild(g, mix)
         if why: rejected[why] += 1
         else: keep.append((g, entry))
+    order = fair_order([g for g, _ in keep], _order_rng(rng if rng is not None else random.Random(0)))
+    results = [None] * len(keep)
+    scored = _score_all(reward_fn, [(keep[i][1], list(keep[i][0].completions)) for i in order],
+                        budget if budget is not None else ScoringBudget(), [keep[i][0].node_id for i in order])
+    for i, rs in zip(order, scored): results[i] = rs
     out = []
-    for (g, entry), rs in zip(keep, _score_all(reward_fn, [(e, list(g.completions)) for g, e in keep])):
+    for (g, entry), rs in zip(keep, results):
+        if isinstance(rs, str) and rs in _UNSCORED: rejected[rs] += 1; continue   # not scored: never trained on
         rs = rs if isinstance(rs, Exception) else _valid_rewards(rs, len(g.completions))
         if isinstance(rs, Exception):
             if type(rs) not in _warned:
@@ -132,6 +156,8 @@ def _pick(fn, scored:list, J:int, rng) -> list:
         raise ValueError(f"strategy {getattr(fn, '__name__', fn)!r} must return a list of at most J={J} of the candidates it was given")
     return picked
 
+SCORING_BUDGET = getattr(SAPOConfig, "scoring_budget", 20.0)  # seconds of scoring a round (the config's, once there)
+
 def select_external(candidates: list, # groups from `Transport.collect` (untrusted)
                     J: int, # how many external groups to train on
                     strategy="paper", # a name in STRATEGIES or a callable(candidates, J, rng) -> list
@@ -140,30 +166,38 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
                     mix: str|None=None, # this node's mix, under which every item is rebuilt; required
                     fresh_from: int|None=None, # candidates of earlier rounds only top J up; None: every candidate is fresh
                     trained: set|None=None, # `group_key`s of groups this node trained on before: never used to top up
+                    scoring_budget: float=SCORING_BUDGET, # seconds this call may spend scoring, shared by senders
                    ) -> tuple[list, dict]:
-    "Rebuild and re-score `candidates` locally and pick up to `J`, topped up from older rounds when short: `(selected, info)`."
+    "Rebuild and re-score `candidates` locally within the budget, pick up to `J`, topped up from older rounds if short."
     if not isinstance(J, int) or isinstance(J, bool) or J < 0: raise ValueError(f"J must be an int >= 0, got {J!r}")
     if not callable(reward_fn):
         raise ValueError("select_external needs the local reward_fn: a sender's rewards are never trusted")
     if mix is None: raise ValueError("select_external needs the local mix: items are rebuilt under it, never taken from the sender")
+    if not isinstance(scoring_budget, (int, float)) or isinstance(scoring_budget, bool) or not scoring_budget >= 0:
+        raise ValueError(f"scoring_budget: got {scoring_budget!r}; allowed: seconds >= 0 (math.inf: no limit)")
     fn = get_strategy(strategy)
     if not isinstance(rng, random.Random): rng = random.Random(0 if rng is None else rng)
+    budget = ScoringBudget(scoring_budget)
     is_fresh = lambda g: fresh_from is None or (g.round or 0) >= fresh_from
     fresh = [g for g in candidates if is_fresh(g)]
     older = [g for g in candidates if not is_fresh(g) and group_key(g) not in (trained or ())]
-    scored, rejected = rescore(fresh, reward_fn, mix)
+    scored, rejected = rescore(fresh, reward_fn, mix, budget, rng)
     picked = _pick(fn, scored, J, rng)
-    if len(picked) < J and older:  # re-scored only when needed: every completion costs a checker run
-        picked += _pick(fn, [g for g in rescore(older, reward_fn, mix)[0] if has_spread(g)], J - len(picked), rng)
+    if len(picked) < J and older:  # re-scored only when needed, within what the budget has left
+        topped = rescore(older, reward_fn, mix, budget, rng)[0]
+        picked += _pick(fn, [g for g in topped if has_spread(g)], J - len(picked), rng)
     zero = sum(not has_spread(g) for g in scored)
     info = dict(strategy=getattr(fn, "__name__", str(fn)), requested=J, available=len(fresh), rejected=dict(rejected),
-                score_errors=rejected["score_error"], zero_spread=zero,
+                score_errors=rejected["score_error"], over_budget=rejected["over_budget"], zero_spread=zero,
                 zero_spread_dropped=zero if getattr(fn, "drops_zero_spread", False) else 0,
                 selected=len(picked), short=J - len(picked), topped_up=sum(not is_fresh(g) for g in picked),
                 selected_zero_spread=sum(not has_spread(g) for g in picked),
                 pool_reward=_mean([r for g in scored for r in g.rewards]),
-                reward_selected=_mean([r for g in picked for r in g.rewards]))
+                reward_selected=_mean([r for g in picked for r in g.rewards]), scoring_seconds=budget.used)
     if picked and info["short"]: logger.info("only %d of J=%d external groups available", len(picked), J)
+    if rejected["over_budget"]:
+        logger.warning("scoring budget of %.0fs spent: %d groups not scored (over_budget)", scoring_budget,
+                       rejected["over_budget"])
     return picked, info
 
 # %% ../nbs/09_sampler.ipynb #eba8909a

@@ -5,11 +5,13 @@
 # %% ../nbs/13_swarm.ipynb #0e7d3582
 from __future__ import annotations
 import json, math, os, shutil, signal, socket, stat, subprocess, sys, time
+from contextlib import suppress
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name
 from .core import (experiment_dir, metrics_path, read_jsonl, atomic_write, open_regular, read_json_file,
-                          valid_metrics_row, is_finite)
+                          valid_metrics_row, is_finite, UnsafePath, open_append, open_dir, path_kind, list_dir, remove,
+                          safe_text, trust_root)
 from .node import progress_line, sample_together, NodeLease, NodeRunning
 
 # %% auto #0
@@ -129,17 +131,21 @@ def run_node(cfg:SAPOConfig, threads:int=0, log=print) -> int:
     if threads:
         set_threads(threads); log(f"{cfg.node_id}: {threads} CPU thread{'s' if threads > 1 else ''}")
     try: SwarmNode(cfg, log=log).run(); return 0
-    except (ConfigError, NodeRunning, CheckpointError) as e:  # a bad setting, a node id already running, no intact checkpoint
+    except (ConfigError, NodeRunning, CheckpointError, UnsafePath) as e:  # a bad setting, a node id already running, no
+        # intact checkpoint, a link or a folder planted where the node's own files go
         print(f"sapo: {e}", file=sys.stderr); return 2
     except KeyboardInterrupt: print("sapo: stopped", file=sys.stderr); return 130
 
 def node_process(argv=None) -> int:
-    "Entry point of a node process: `node [--threads N] --config FILE`."
+    "Entry point of a node process: `[--root ROOT] node [--threads N] --config FILE` (FILE read below ROOT, no links)."
     import argparse
     p = argparse.ArgumentParser(prog="sapo_nb.swarm")
-    p.add_argument("command", choices=["node"]); p.add_argument("--threads", type=int, default=0); p.add_argument("--config", required=True)
+    p.add_argument("--root"); p.add_argument("command", choices=["node"]); p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--config", required=True)
     a = p.parse_args(argv)
-    try: cfg = SAPOConfig.from_file(a.config)
+    if a.root: trust_root(a.root)
+    raw = read_json_file(a.config) if a.root else None  # under the root: never through a link a peer planted since
+    try: cfg = SAPOConfig.from_dict(raw) if isinstance(raw, dict) else SAPOConfig.from_file(a.config)
     except ConfigError as e: print(f"sapo: {e}", file=sys.stderr); return 2
     return run_node(cfg, a.threads, log=lambda *x: print(*x, flush=True))
 
@@ -159,12 +165,14 @@ class ProcessSwarm:
         "Start one node process (`node_process`) per config, each in its own session, and record them (`_record`)."
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         for c in self.cfgs:
-            d = metrics_path(c).parent; d.mkdir(parents=True, exist_ok=True)
-            c.to_json(d / "config.json")
-            out = open(d / "node.log", "ab")
+            d = metrics_path(c).parent
+            c.to_json(d / "config.json")  # `core.atomic_write`: the folders made and the file written without links
             cmd = [sys.executable, "-c", "from sapo_nb.swarm import node_process; raise SystemExit(node_process())",
-                   "node", "--threads", str(self.threads), "--config", str(d / "config.json")]  # `--config X` last: `_is_node` reads it
-            self.procs[c.node_id] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                   "--root", str(c.root), "node", "--threads", str(self.threads),
+                   "--config", str(d / "config.json")]  # `--config X` last: `_is_node` reads it
+            with open_append(d / "node.log") as out:  # a link planted there (into ~/.bashrc, say) is refused, not followed
+                self.procs[c.node_id] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                                         env=env)
         self._record()
         return self
 
@@ -218,8 +226,9 @@ def _is_node(pid:int, create_time:float, config) -> bool:
         if abs(p.create_time() - create_time) >= 1.0 or p.status() == psutil.STATUS_ZOMBIE: return False
         cmd = p.cmdline()  # ... node [--threads N] --config <config>
         if len(cmd) < 3 or cmd[-2] != "--config" or not (cmd[-3] == "node" or cmd[-5:-3] == ["node", "--threads"]): return False
+        if path_kind(config) not in (None, "file"): return False  # `UnsafePath` if a folder above it is a link
         return os.path.realpath(os.path.join(p.cwd(), cmd[-1])) == os.path.realpath(config)
-    except (psutil.Error, OSError, ValueError): return False
+    except (psutil.Error, OSError, ValueError): return False  # a link in the way: not this run's node, never signalled
 
 class _Recorded:
     "A node process known only from the pid file: `poll()` is None while `pid` is still that node, else -1 (its exit code went to whoever started it)."
@@ -300,12 +309,16 @@ def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
 # %% ../nbs/13_swarm.ipynb #5c783340
 def disk_usage(path) -> int:
     "Bytes in the regular files under `path` (links are neither followed nor counted); 0 when there is nothing."
+    try: fd = open_dir(path)  # a link at `path` or above it (below the root) counts nothing
+    except OSError: return 0
     total = 0
-    for top, _, files in os.walk(path):
-        for name in files:
-            try: st = os.lstat(os.path.join(top, name))
-            except OSError: continue  # removed while we walk
-            if stat.S_ISREG(st.st_mode): total += st.st_size
+    try:
+        for _, _, files, dfd in os.fwalk(".", dir_fd=fd):  # fwalk walks by descriptors and never follows a link
+            for name in files:
+                try: st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except OSError: continue  # removed while we walk
+                if stat.S_ISREG(st.st_mode): total += st.st_size
+    finally: os.close(fd)
     return total
 
 def format_bytes(n:int) -> str:
@@ -316,16 +329,18 @@ def format_bytes(n:int) -> str:
 
 def remove_checkpoints(root, experiment:str, log=print) -> dict:
     "Remove the checkpoints of each node of `<root>/<experiment>` that no process runs; {node: bytes freed}. Metrics stay."
-    ck, freed = Path(root) / experiment / "checkpoints", {}
-    if ck.is_symlink() or not ck.is_dir(): return freed
-    for d in sorted(ck.iterdir()):
-        if d.is_symlink() or not d.is_dir() or not valid_name(d.name):
-            log(f"{printable_name(d.name)}: left in place (not a node's checkpoint folder)"); continue
-        try: lease = NodeLease(SAPOConfig(root=str(root), experiment=experiment, node_id=d.name)).acquire()
-        except NodeRunning as e: log(f"{d.name}: checkpoints kept, the node runs: {e}"); continue
+    ck, freed = trust_root(root) / experiment / "checkpoints", {}
+    try: entries = list_dir(ck)  # walked from the root: a linked experiment or checkpoints folder is refused
+    except OSError as e: log(f"checkpoints left in place: {e}"); return freed
+    for name, kind in sorted(entries.items()):
+        if kind != "dir" or not valid_name(name):
+            log(f"{safe_text(name)}: left in place (not a node's checkpoint folder)"); continue
+        try: lease = NodeLease(SAPOConfig(root=str(root), experiment=experiment, node_id=name)).acquire()
+        except NodeRunning as e: log(f"{name}: checkpoints kept, the node runs: {e}"); continue
         try:
-            size = disk_usage(d); shutil.rmtree(d); freed[d.name] = size
-        except OSError as e: log(f"{d.name}: checkpoints not removed: {e}")
+            size = disk_usage(ck / name); remove(ck / name); freed[name] = size
+        except OSError as e: log(f"{name}: checkpoints not removed: {e}")
         finally: lease.release()
-    if not any(ck.iterdir()): ck.rmdir()
+    with suppress(OSError):
+        if entries and not list_dir(ck): remove(ck)
     return freed

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib, copy, functools, hashlib, io, math, random
 from typing import Any, Iterator
 from fastcore.basics import patch
+from .core import safe_text
 
 # %% auto #0
 __all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'TRAIN_SEEDS', 'TRAIN_SEED_LIMIT', 'EVAL_SET_SIZE', 'SMALL_SPACE_SHARE',
@@ -288,7 +289,7 @@ def rebuild_item(mix:str,  # this node's mix: items are rebuilt under its defini
                 ) -> dict:
     "The entry (question, answer, metadata, `task`, `item`) `item` names under `mix`; `ItemError` if it cannot be rebuilt."
     comps = mix_components(mix)
-    if not isinstance(task, str) or task not in {c[0] for c in comps}: raise ItemError("unknown_task", f"{str(task)[:40]!r} is not in mix {mix!r}")
+    if not isinstance(task, str) or task not in {c[0] for c in comps}: raise ItemError("unknown_task", f"{safe_text(task, 40)} is not in mix {mix!r}")
     if not (isinstance(item, dict) and set(item) == {"component", "seed", "index"} and _is_int(item["component"], len(comps))
             and _is_int(item["seed"], TRAIN_SEED_LIMIT) and _is_int(item["index"], ITEM_CHUNK)): raise ItemError("bad_item", "malformed item")
     if comps[item["component"]][0] != task: raise ItemError("bad_item", f"component {item['component']} of {mix!r} is not {task!r}")

@@ -11,16 +11,17 @@ from pathlib import Path
 from typing import Callable
 from fastcore.basics import patch
 from .config import SAPOConfig, valid_name
-from .core import Group, WIRE_FIELDS, ITEM_FIELDS
+from .core import Group, WIRE_FIELDS, ITEM_FIELDS, safe_text
 from . import identity
 from .identity import IdentityError, canonical_json, check_signature, load_key, public_key_hex, sign_rollout
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'ROLLOUT_FIELDS', 'ITEM_BOUND', 'MAX_MODEL_CHARS', 'logger', 'REJECT_REASONS', 'DROP_REASONS',
-           'TRANSIENT_REASONS', 'REJOIN_SECONDS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout',
-           'encode_rollout', 'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath', 'Entry',
-           'Transport', 'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator',
-           'HivemindTransport', 'make_transport']
+__all__ = ['SCHEMA_VERSION', 'ROLLOUT_FIELDS', 'ITEM_BOUND', 'MAX_MODEL_CHARS', 'MAX_COMPLETIONS', 'SWARM_RE', 'logger',
+           'REJECT_REASONS', 'DROP_REASONS', 'TRANSIENT_REASONS', 'SWARM_FILE', 'MAX_SUBKEYS_PER_OWNER',
+           'REJOIN_SECONDS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout', 'encode_rollout',
+           'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath', 'Entry', 'Transport', 'fair_share',
+           'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator', 'HivemindTransport',
+           'make_transport']
 
 # %% ../nbs/08_transport.ipynb #34a86bd4
 def _config_default(name): return SAPOConfig.__dataclass_fields__[name].default  # one default per knob: the config's
@@ -35,6 +36,7 @@ class PoolLimits:
     max_files_per_round: int = _config_default("max_files_per_round")  # entries (senders) one collect reads for one round
     max_bytes_per_round: int = _config_default("max_bytes_per_round")  # bytes one collect reads for one round
     max_groups_per_round: int = _config_default("max_groups_per_round")  # groups one collect returns for one round
+    completions_per_question: int = _config_default("completions_per_question")  # our G: a group may not have more
 
     def __post_init__(self):
         for k, v in asdict(self).items():
@@ -47,11 +49,14 @@ def valid_node_id(node_id) -> bool:
     return valid_name(node_id)
 
 # %% ../nbs/08_transport.ipynb #4db66d3c
-SCHEMA_VERSION = 2  # bump when the wire format changes; receivers reject other versions
+SCHEMA_VERSION = 3  # bump when the wire format changes; receivers reject other versions
 
-ROLLOUT_FIELDS = ("schema", "experiment", "round", "node_id", "model", "created_at", "G", "groups", "public_key", "signature")
+ROLLOUT_FIELDS = ("schema", "swarm", "experiment", "round", "node_id", "model", "created_at", "G", "groups", "public_key",
+                  "signature")
 ITEM_BOUND = 2**31  # each item field is an int in [0, ITEM_BOUND)
 MAX_MODEL_CHARS = 256
+MAX_COMPLETIONS = 256  # completions per group, whatever the receiver's G: the hard cap
+SWARM_RE = re.compile(r"[0-9a-f]{32}")  # a swarm id: 16 random bytes in hex, drawn once per pool
 
 def _wire(g) -> dict:
     "The wire fields of a `Group`, or of a dict (a malformed one is left for `check_group` to refuse)."
@@ -65,10 +70,11 @@ def make_rollout(round: int, # round number the groups belong to
                  model: str="", # model name, informational
                  created_at: float|None=None, # unix time; now by default
                  experiment: str="sapo", # experiment name: a rollout is only valid in its experiment
+                 swarm: str="", # the pool's swarm id (`SWARM_RE`); "" outside any pool
                 ) -> dict:
     "The unsigned wire object for one node's groups in one round (only the schema's fields of each group)."
     if G is None: G = len(_wire(groups[0])["completions"] or []) if groups else 1
-    return dict(schema=SCHEMA_VERSION, experiment=experiment, round=round, node_id=node_id, model=model,
+    return dict(schema=SCHEMA_VERSION, swarm=swarm, experiment=experiment, round=round, node_id=node_id, model=model,
                 created_at=time.time() if created_at is None else created_at, G=G,
                 groups=[_wire(g) for g in groups])
 
@@ -88,12 +94,14 @@ REJECT_REASONS = {
     "bad_json": "not UTF-8 strict JSON (for example half-written, or NaN)",
     "bad_schema": "not a JSON object, or schema is not SCHEMA_VERSION",
     "unexpected_field": "a field the schema does not have, in the rollout or a group (e.g. answer, metadata, rewards)",
-    "bad_field": "a top-level field is missing or has the wrong type (experiment, round, model, created_at, G, groups)",
+    "bad_field": "a top-level field is missing or of the wrong type (swarm, experiment, round, model, created_at, G, groups)",
     "bad_node_id": "node_id is not a safe name (see valid_node_id)",
+    "swarm_mismatch": "signed for another pool (a replay from another folder or DHT with the same experiment name)",
     "experiment_mismatch": "signed for another experiment",
     "node_mismatch": "node_id differs from the name it was published under",
     "round_mismatch": "round differs from the round it was published under (a replay)",
     "too_many_groups": "more groups than max_groups_per_file",
+    "too_many_completions": "G is more than the receiver's completions_per_question, or than MAX_COMPLETIONS",
     "bad_key": "public_key is not 64 lower-case hex characters of an Ed25519 key",
     "bad_signature": "the signature is missing, malformed, or not valid for this content and key",
     "unknown_key": "no key is registered for this node id",
@@ -146,12 +154,15 @@ def _check_header(obj, lim, expected_round, expected_node, expected_experiment) 
     if set(obj) - set(ROLLOUT_FIELDS): return "unexpected_field"
     exp, rnd, model, ts, G, groups = (obj.get(k) for k in ("experiment", "round", "model", "created_at", "G", "groups"))
     if not (valid_name(exp) and _is_int(rnd) and rnd >= 0 and isinstance(model, str) and len(model) <= MAX_MODEL_CHARS
-            and _is_num(ts) and math.isfinite(ts) and _is_int(G) and G >= 1 and isinstance(groups, list)): return "bad_field"
+            and _is_num(ts) and math.isfinite(ts) and _is_int(G) and G >= 1 and isinstance(groups, list)
+            and isinstance(obj.get("swarm"), str) and (obj["swarm"] == "" or SWARM_RE.fullmatch(obj["swarm"]))):
+        return "bad_field"
     if not valid_node_id(obj.get("node_id")): return "bad_node_id"
     if expected_experiment is not None and exp != expected_experiment: return "experiment_mismatch"
     if expected_node is not None and obj["node_id"] != expected_node: return "node_mismatch"
     if expected_round is not None and rnd != expected_round: return "round_mismatch"
     if len(groups) > lim.max_groups_per_file: return "too_many_groups"
+    if G > min(lim.completions_per_question, MAX_COMPLETIONS): return "too_many_completions"
     return None
 
 def decode_rollout(data: bytes, # the received bytes
@@ -160,6 +171,7 @@ def decode_rollout(data: bytes, # the received bytes
                    expected_node: str|None=None, # the name it was published under (file name, DHT subkey)
                    expected_experiment: str|None=None, # the receiver's experiment (None: do not check)
                    key_check: Callable|None=None, # (node_id, public_key) -> reject reason or None; None: signature only
+                   expected_swarm: str|None=None, # the receiver's pool's swarm id (None: do not check)
                   ) -> tuple[list, list]:
     "Validate received bytes: `(valid Groups, with node_id/round/model/index set, reject reasons)`. Never raises."
     lim = limits or PoolLimits()
@@ -171,7 +183,8 @@ def decode_rollout(data: bytes, # the received bytes
         why = _check_header(obj, lim, expected_round, expected_node, expected_experiment) or check_signature(obj)
         if why is None and key_check is not None:
             try: why = key_check(obj["node_id"], obj["public_key"])
-            except Exception as e: logger.debug("key check failed: %r", e); why = "read_error"
+            except Exception as e: logger.debug("key check failed: %s", safe_text(str(e))); why = "read_error"
+        if why is None and expected_swarm is not None and obj["swarm"] != expected_swarm: why = "swarm_mismatch"
         if why: return [], [why]
         out, reasons = [], []
         for i, g in enumerate(obj["groups"]):
@@ -199,8 +212,8 @@ class BlockedPath(OSError):
 
 DROP_REASONS = {
     "over_files": "the round had more entries than max_files_per_round: a random subset of senders was read",
-    "over_bytes": "reading the entry would pass max_bytes_per_round",
-    "over_groups": "cut short, or not read, because max_groups_per_round groups were already collected",
+    "over_bytes": "the entry is larger than its sender's fair share of max_bytes_per_round (see fair_share): not read",
+    "over_groups": "cut to its sender's fair share of max_groups_per_round (see fair_share)",
     "duplicate_node": "a second valid entry from a node already read this round",
     "over_listing": "the round folder has more names than the listing looks at (a flood)",
 }
@@ -224,7 +237,9 @@ class Transport:
         self.limits, self.experiment, self.key_dir = limits or PoolLimits(), experiment, key_dir
         self.rejects, self.dropped, self.unpublished = Counter(), Counter(), Counter()
         self._logged, self._counted, self._cache = set(), set(), {}
-        self._keys, self._registered, self._bound, self._accepted = {}, {}, {}, set()
+        self._keys, self._registered, self._bound = {}, {}, {}
+        self._seen = {}  # node id -> the first round we accepted it in: who was here before a flood (bounded)
+        self.swarm = ""  # this pool's swarm id (`SWARM_RE`), signed into every rollout; set by each implementation
         self._salt = secrets.token_bytes(16)  # this receiver's secret: which senders a capped round reads
         self._newest, self._window = -1, 0
 
@@ -240,7 +255,7 @@ class Transport:
         if tag not in self._logged: self._logged.add(tag); logger.warning(msg, *args)
 
     def _reject(self, reason, where, once=None):
-        "Count a reject (once per `once` key) and log the first one of each reason."
+        "Count a reject (once per `once` key) and log the first one of each reason; `where` holds peer text escaped."
         if once is not None:
             if once in self._counted: return
             self._counted.add(once)
@@ -314,7 +329,8 @@ def encode(self: Transport, round: int, node_id: str, groups: list, G: int|None=
                        REJECT_REASONS.get(why, "text that cannot be encoded as UTF-8"))
     if len(keep) > self.limits.max_groups_per_file:
         raise ValueError(f"{len(keep)} groups > max_groups_per_file={self.limits.max_groups_per_file}")
-    obj = make_rollout(round, node_id, keep, G=G, model=model, created_at=created_at, experiment=self.experiment)
+    obj = make_rollout(round, node_id, keep, G=G, model=model, created_at=created_at, experiment=self.experiment,
+                      swarm=self.swarm)
     payload = encode_rollout(sign_rollout(obj, self._signing_key(node_id)))
     if len(payload) > self.limits.max_file_bytes:
         raise ValueError(f"rollout of {node_id} round {round} is {len(payload)} bytes > max_file_bytes="
@@ -338,6 +354,21 @@ def publish(self: Transport, round: int, # round number
         logger.warning("%s pool: round %d of %s not published: %s", self.name, round, node_id, e.strerror or e)
         return 0
     return len(payload)
+
+# %% ../nbs/08_transport.ipynb #a1e0c004
+def fair_share(amounts: list, # what each sender would take (bytes of its entry, or its groups), in reading order
+               budget: int, # what the round allows in all
+              ) -> list:
+    "Max-min fair split of `budget`: each gets `min(amount, level)`; what is left goes, in order, to those cut short."
+    level, left, n = max(amounts, default=0), budget, len(amounts)
+    for i, a in enumerate(sorted(amounts)):
+        if a * (n - i) > left: level = left // (n - i); break
+        left -= a
+    out = [min(a, level) for a in amounts]
+    spare = budget - sum(out)
+    for i, a in enumerate(amounts):
+        more = min(a - out[i], spare); out[i] += more; spare -= more
+    return out
 
 # %% ../nbs/08_transport.ipynb #55355b9a
 TRANSIENT_REASONS = {"unknown_key"}  # not cached: read again on the next poll
@@ -363,7 +394,7 @@ def _read_entry(self: Transport, round, e: Entry, budget: int):
     if hit is not None and hit[0] == e.stamp:
         if hit[1] > budget: self._count_drop("over_bytes", round, e.key); return None
         return hit[1], hit[2]
-    where, once = f"round {round} from {e.node!r}", (round, e.key, e.stamp)
+    where, once = f"round {round} from {safe_text(e.node)}", (round, e.key, e.stamp)
     if budget < e.size <= self.limits.max_file_bytes: self._count_drop("over_bytes", round, e.key); return None
     size, groups = 0, []
     if not valid_node_id(e.node): why = ["bad_node_id"]
@@ -375,38 +406,51 @@ def _read_entry(self: Transport, round, e: Entry, budget: int):
         else:
             size = len(data) if isinstance(data, (bytes, bytearray)) else 0
             if size > budget: self._count_drop("over_bytes", round, e.key); return None
-            groups, why = decode_rollout(data, round, self.limits, expected_node=e.node,
-                                         expected_experiment=self.experiment, key_check=self._key_check)
+            groups, why = decode_rollout(data, round, self.limits, expected_node=e.node, key_check=self._key_check,
+                                         expected_experiment=self.experiment, expected_swarm=self.swarm)
     for j, r in enumerate(why): self._reject(r, where, once + (r, j))
     if not set(why) & TRANSIENT_REASONS: self._cache[(round, e.key)] = (e.stamp, size, groups)
-    if groups or not why: self._accepted.add(e.node)
+    if (groups or not why) and (e.node in self._seen or len(self._seen) < 4 * self.limits.max_files_per_round):
+        self._seen.setdefault(e.node, round)
     return size, groups
+
+@patch
+def _read_order(self: Transport, round, listed: list) -> list:
+    "`listed` in reading order: senders accepted in an earlier round (oldest first, at most half), then by rank."
+    rank = lambda e: self._rank(round, e.key)
+    known = [e for e in listed if self._seen.get(e.node, round) < round]
+    known.sort(key=lambda e: (self._seen[e.node], rank(e)))
+    first = known[:self.limits.max_files_per_round // 2]
+    taken = {id(e) for e in first}
+    return first + sorted((e for e in listed if id(e) not in taken), key=rank)
 
 @patch
 def collect(self: Transport, round: int, # the round to read
             exclude: str|None=None, # our own node id
            ) -> list:
-    "Valid groups published by other nodes for `round`, in arrival order, within the per-round caps. Cheap to poll."
+    "Valid groups other nodes published for `round`, in arrival order, each within its fair share. Cheap to poll."
     self._forget_old(round)
     lim = self.limits
     listed = [e for e in self._entries(round) if e.node != exclude]
-    picked, files, nbytes, ngroups, senders = {}, 0, 0, 0, set()
-    for i in sorted(range(len(listed)), key=lambda i: self._rank(round, listed[i].key)):
-        e = listed[i]
-        if files >= lim.max_files_per_round: self._count_drop("over_files", round, e.key); continue
-        if ngroups >= lim.max_groups_per_round: self._count_drop("over_groups", round, e.key); continue
-        files += 1
-        got = self._read_entry(round, e, lim.max_bytes_per_round - nbytes)
-        if got is None: continue
-        nbytes += got[0]
-        groups = got[1]
-        if not groups: continue
-        if e.node in senders: self._count_drop("duplicate_node", round, e.key); continue
-        senders.add(e.node)
-        room = lim.max_groups_per_round - ngroups
-        if len(groups) > room: self._count_drop("over_groups", round, e.key); groups = groups[:room]
-        ngroups += len(groups); picked[i] = groups
-    return [g for i in sorted(picked) for g in picked[i]]
+    order = self._read_order(round, listed)
+    for e in order[lim.max_files_per_round:]: self._count_drop("over_files", round, e.key)
+    chosen = order[:lim.max_files_per_round]
+    sizes = [lim.max_file_bytes if e.size < 0 else e.size if e.size <= lim.max_file_bytes else 0 for e in chosen]
+    share = fair_share(sizes, lim.max_bytes_per_round)
+    fair = [e for e, s, a in zip(chosen, sizes, share) if s <= a]  # read whole within their share: first
+    nbytes, got = 0, {}
+    for e in fair + [e for e, s, a in zip(chosen, sizes, share) if s > a]:  # then the larger ones, while bytes are left
+        r = self._read_entry(round, e, lim.max_bytes_per_round - nbytes)
+        if r is None: continue
+        nbytes += r[0]
+        if not r[1]: continue
+        if e.node in got: self._count_drop("duplicate_node", round, e.key); continue
+        got[e.node] = (e, r[1])
+    share = dict(zip(got, fair_share([len(gs) for _, gs in got.values()], lim.max_groups_per_round)))
+    for node, (e, gs) in got.items():
+        if len(gs) > share[node]: self._count_drop("over_groups", round, e.key)
+    arrival = {id(e): i for i, e in enumerate(listed)}
+    return [g for node, (e, gs) in sorted(got.items(), key=lambda t: arrival[id(t[1][0])]) for g in gs[:share[node]]]
 
 # %% ../nbs/08_transport.ipynb #e485fe5b
 @patch
@@ -422,7 +466,7 @@ def rounds(self: Transport) -> list:
 @patch
 def peers(self: Transport) -> list:
     "Sorted node ids whose rollouts this transport accepted, and our own."
-    return sorted(self._accepted | set(self._registered))
+    return sorted(set(self._seen) | set(self._registered))
 
 @patch
 def cleanup(self: Transport, keep_rounds: int, # rounds to keep, counting back from `current_round`; 0 keeps everything
@@ -449,11 +493,14 @@ _KEY_RE = re.compile(r"[0-9a-f]{64}")
 class MemoryTransport(Transport):
     "A pool in a dict shared by the nodes of one process."
     name = "memory"
-    def __init__(self, store: dict|None=None, # shared {round: {node_id: bytes}, "keys": {node_id: public key}}; new if None
+    def __init__(self, store: dict|None=None, # shared {round: {node: bytes}, "keys": {...}, "swarm": id}; new if None
                  limits: PoolLimits|None=None, experiment: str="sapo", key_dir: str|Path|None=None):
         super().__init__(limits, experiment, key_dir)
         self.store = {} if store is None else store
         self._lock = threading.Lock()
+        self.swarm = self.store.setdefault("swarm", secrets.token_hex(16))  # the first transport on a store draws it
+        if not (isinstance(self.swarm, str) and SWARM_RE.fullmatch(self.swarm)):
+            raise ValueError(f"store['swarm'] is not a swarm id (32 hex characters): {safe_text(self.swarm)}")
 
     def _put(self, round, node_id, payload):
         with self._lock:
@@ -575,6 +622,7 @@ class FolderTransport(Transport):
         except OSError as e:
             raise OSError(e.errno, f"cannot use {self.dir} as the shared rollout folder ({e.strerror or e}); create it "
                           f"and make it writable, mount the drive, or set `root` to a writable folder", str(self.dir)) from e
+        self.swarm = self._swarm_id()
 
     def round_dir(self, round: int) -> Path: return self.dir / f"round_{round}"
     def _open_rollouts(self) -> int: return os.open(self.dir, _O_DIR)
@@ -679,6 +727,24 @@ def _registry_add(self: FolderTransport, node_id, public_key):
     finally: os.close(kfd)
     return public_key if created else self._registry_read(node_id)
 
+# %% ../nbs/08_transport.ipynb #a1e0c007
+SWARM_FILE = "swarm_id"
+
+@patch
+def _swarm_id(self: FolderTransport) -> str:
+    "This pool's swarm id, drawn and written by the first transport that opens it."
+    efd = os.open(self.exp_dir, _O_DIR)
+    try:
+        try: _write_own(efd, SWARM_FILE, f"{secrets.token_hex(16)}\n".encode(), "swarm", replace=False)
+        except BlockedPath: pass  # something else is there: reading it says what
+        try: text = read_regular(SWARM_FILE, efd, 256).decode("ascii", "replace").strip()
+        except (Rejected, OSError) as e: text = f"<{getattr(e, 'reason', None) or e.strerror}>"
+    finally: os.close(efd)
+    if not SWARM_RE.fullmatch(text):
+        raise ValueError(f"{self.exp_dir / SWARM_FILE} should hold this pool's swarm id (32 hex characters), not "
+                         f"{safe_text(text)}: if no node uses this pool, remove the file")
+    return text
+
 # %% ../nbs/08_transport.ipynb #c1337c18
 @patch
 def _remove(self: FolderTransport, rounds, node_id, archive):
@@ -734,15 +800,38 @@ def _hivemind_shutdown(loop, thread, node):
     thread.join(10)
     if not thread.is_alive() and not loop.is_closed(): loop.close()
 
+_RECORD_OVERHEAD = 4096  # bytes hivemind adds to a value: its serialization and the owner's RSA signature
+MAX_SUBKEYS_PER_OWNER = 8  # subkeys one owner marker may hold under one round's key, on every node that stores it
+
 def swarm_record_validator(max_expiration: float, # seconds from now a record may expire, at most
+                           max_value_bytes: int|None=None, # bytes of one value, and of one owner's values under one key
+                           max_subkeys_per_owner: int=MAX_SUBKEYS_PER_OWNER, # an owner's subkeys under one key
+                           reserved_keys: tuple=(), # DHT ids (bytes) no peer may store under (our swarm id)
                           ):
-    "A hivemind record validator: every record's subkey names its owner, and none expires past now + `max_expiration`."
+    """A hivemind record validator: every record's subkey names its owner, none expires past now + `max_expiration`,
+    no value is larger than `max_value_bytes`, and one owner holds at most `max_subkeys_per_owner` subkeys and
+    `max_value_bytes` bytes under one key (counted in the node's local storage, once `storage` is set)."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.storage import DictionaryDHTValue
     from hivemind.dht.validation import RecordValidatorBase
+    from hivemind.utils.serializer import MSGPackSerializer
     from hivemind.utils.timed_storage import get_dht_time
     class SwarmRecordValidator(RecordValidatorBase):
+        storage = None  # the DHT node's local storage, where an owner's other subkeys are counted
+        priority = 100  # validated before the RSA signature: a large value is refused before it is hashed
         def validate(self, record) -> bool:
+            if record.key in reserved_keys: return False
+            if max_value_bytes is not None and len(record.value) > max_value_bytes: return False
             if record.expiration_time > get_dht_time() + max_expiration: return False
-            return _OWNER_MARK.search(record.subkey) is not None
+            owner = _OWNER_MARK.search(record.subkey)
+            return owner is not None and self._room(record, owner.group(0))
+        def _room(self, record, owner) -> bool:
+            held = self.storage.get(DHTID.from_bytes(record.key)) if self.storage is not None else None
+            if held is None or not isinstance(held.value, DictionaryDHTValue): return True
+            sub = MSGPackSerializer.loads(record.subkey)
+            mine = [v.value for s, v in held.value.items() if s != sub and isinstance(s, bytes) and owner in s]
+            return len(mine) < max_subkeys_per_owner and (max_value_bytes is None or
+                                                          sum(map(len, mine)) + len(record.value) <= max_value_bytes)
     return SwarmRecordValidator()
 
 _OWNER_MARK = re.compile(rb"\[owner:.+?\]", re.S)  # hivemind's marker of an owned (RSA-signed) key or subkey
@@ -767,12 +856,14 @@ class HivemindTransport(Transport):
                  key_dir: str|Path|None=None, # our private Ed25519 keys; `identity.key_dir()` by default
                  max_expiration: float|None=None, # refuse records expiring later than now + this; 2 * expiration by default
                  client_mode: bool=False, # only dial out (behind NAT): serve no DHT requests, accept no connections
+                 swarm: str|None=None, # the swarm id; None: drawn when starting alone, else asked of `initial_peers`
                  **p2p_kwargs, # passed to hivemind's P2P: announce_maddrs, use_relay, use_auto_relay, identity_path, ...
                 ):
         super().__init__(limits, experiment, key_dir)
         try:
             from hivemind.dht.crypto import RSASignatureValidator
             from hivemind.dht.node import DHTNode
+            from hivemind.dht.routing import DHTID
             from hivemind.dht.validation import CompositeValidator
             from hivemind.utils.crypto import RSAPrivateKey
             from hivemind.utils.timed_storage import get_dht_time
@@ -782,7 +873,10 @@ class HivemindTransport(Transport):
         self.expiration, self.timeout, self._now = expiration, timeout, get_dht_time
         self.max_expiration = 2 * expiration if max_expiration is None else max_expiration
         self._owner = RSASignatureValidator(RSAPrivateKey())  # this transport's own subkeys
-        validator = CompositeValidator([self._owner, swarm_record_validator(self.max_expiration)])
+        self._swarm_key = DHTID.generate(source=f"{experiment}/swarm")  # only in our own storage
+        self._validator = swarm_record_validator(self.max_expiration, self.limits.max_file_bytes + _RECORD_OVERHEAD,
+                                                 reserved_keys=(self._swarm_key.to_bytes(),))
+        validator = CompositeValidator([self._owner, self._validator])
         self._seen_rounds = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="sapo-hivemind", daemon=True)
@@ -804,6 +898,9 @@ class HivemindTransport(Transport):
             raise ConnectionError(f"hivemind: could not start a DHT node on {list(host_maddrs)} or join "
                                   f"initial_peers={[str(p) for p in initial_peers]}: {e}") from e
         self._finalizer = weakref.finalize(self, _hivemind_shutdown, self._loop, self._thread, self._node)
+        self._validator.storage = self._node.protocol.storage
+        try: self.swarm = self._agree_swarm(swarm, initial_peers)
+        except BaseException: self.close(); raise
         self._known_peers = set(self._node.protocol.routing_table.peer_id_to_uid)  # whom to ask again if all are lost
         self._rejoin_after = 0.0  # monotonic time before which an unanswered `_rejoin` is not tried again
 
@@ -865,7 +962,7 @@ def _entries(self: HivemindTransport, round):
         self._rejoin()
         found = self._run(self._node.get(self._key(round), latest=True))
     except Exception as e:
-        self._reject("read_error", f"round {round} lookup ({e!r})"); return []
+        self._reject("read_error", f"round {round} lookup ({safe_text(str(e), 200)})"); return []
     if found is None or not isinstance(found.value, dict): return []
     self._seen_rounds.add(round)
     rows = []
@@ -889,6 +986,37 @@ def _registry_read(self: HivemindTransport, node_id): return None  # no shared r
 
 @patch
 def _registry_add(self: HivemindTransport, node_id, public_key): return public_key
+
+# %% ../nbs/08_transport.ipynb #a1e0c010
+@patch
+def _agree_swarm(self: HivemindTransport, swarm, initial_peers) -> str:
+    "The swarm id: `swarm`, else the first initial peer's answer, else (alone) a new one; kept in our own storage."
+    if swarm is None and initial_peers:
+        swarm = next((s for p in initial_peers if (s := self._ask_swarm(str(p)))), None)
+        if swarm is None:
+            raise ConnectionError(f"hivemind: none of initial_peers={[str(p) for p in initial_peers]} told its swarm "
+                                  f"id for experiment {self.experiment!r}: is it a sapo_nb node of this version?")
+    swarm = secrets.token_hex(16) if swarm is None else swarm
+    if not SWARM_RE.fullmatch(swarm): raise ValueError(f"swarm must be 32 hex characters, got {safe_text(swarm)}")
+    self._node.protocol.storage.store(self._swarm_key, swarm.encode(), self._now() + 10 * 365 * 86400)
+    return swarm
+
+@patch
+def _ask_swarm(self: HivemindTransport, maddr: str) -> str|None:
+    "The swarm id the peer at `maddr` (`.../p2p/<peer id>`) keeps, or None."
+    from hivemind.p2p import PeerID
+    from hivemind.proto import dht_pb2
+    proto = self._node.protocol
+    async def ask():
+        req = dht_pb2.FindRequest(keys=[self._swarm_key.to_bytes()], peer=proto.node_info)
+        peer = PeerID.from_base58(maddr.rsplit("/p2p/", 1)[1])
+        return await proto.get_stub(peer).rpc_find(req, timeout=proto.wait_timeout)
+    try: found = self._run(ask()).results[0]
+    except Exception as e:
+        logger.info("hivemind: %s did not tell its swarm id (%s)", safe_text(maddr, 200), safe_text(str(e), 200))
+        return None
+    text = found.value.decode("ascii", "replace") if found.type == dht_pb2.FOUND_REGULAR else ""
+    return text if SWARM_RE.fullmatch(text) else None
 
 # %% ../nbs/08_transport.ipynb #8f9415de
 TRANSPORTS = ("folder", "memory", "hivemind")

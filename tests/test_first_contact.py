@@ -93,9 +93,9 @@ def test_save_that_does_not_verify_keeps_the_older(tmp_path, monkeypatch):
     cfg = tiny(tmp_path, rounds=2)
     run_node(cfg)
     real = os.replace
-    def cut_short(src, dst):
-        real(src, dst)
-        if Path(dst).name == "round_2": (Path(dst) / "model.safetensors").write_bytes(b"")
+    def cut_short(src, dst, **dir_fds):  # renames go through folder descriptors: `dst` is a name in the checkpoint folder
+        real(src, dst, **dir_fds)
+        if dst == "round_2": (checkpoint_dir(cfg) / dst / "model.safetensors").write_bytes(b"")
     monkeypatch.setattr(node_module.os, "replace", cut_short)
     with pytest.raises(CheckpointError, match="model.safetensors does not match its checksum"): run_node(cfg.replace(rounds=3))
     assert sorted(p.name for p in checkpoint_dir(cfg).glob("round_*")) == ["round_1"]

@@ -89,7 +89,7 @@ def test_alone_node_runs_and_rejects_bad_values():
         # values written straight into the DHT under subkeys this transport owns, bypassing publish:
         # each must be rejected, none may raise
         exp = t._now() + 60
-        signed = lambda node, gs: encode_rollout(sign_rollout(make_rollout(3, node, gs, experiment="hm-alone"), load_key(node)))
+        signed = lambda node, gs: encode_rollout(sign_rollout(make_rollout(3, node, gs, experiment="hm-alone", swarm=t.swarm), load_key(node)))
         bad = {"spoof": signed("someone-else", groups("x")),
                "half": signed("half", groups("h"))[:30],
                "../up": signed("solo", groups("u")),

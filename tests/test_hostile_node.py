@@ -4,16 +4,15 @@ A node's lease, checkpoints and metrics live under the pool root, which may be a
 other machines write to (a shared Drive). Here a second process starts the same node id, a checkpoint is cut short
 or edited, and a run is resumed with other settings. Every test runs the tiny random model in seconds.
 """
-import functools, json, os, signal, subprocess, sys, time
+import json, os, signal, subprocess, sys, time
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
 
 from sapo_nb.config import SAPOConfig
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
-from sapo_nb.node import SwarmNode, NodeLease, NodeRunning, ResumeError, CheckpointError, lease_path, save_checkpoint, _digest
+from sapo_nb.node import SwarmNode, NodeLease, NodeRunning, ResumeError, CheckpointError, lease_path, _digest
 from sapo_nb.transport import MemoryTransport
 
 
@@ -68,9 +67,9 @@ def test_planted_lease_link_refused(tmp_path):
 
 
 def _checkpointed(tmp_path, rounds=3, **kw):
-    "A node that ran `rounds` rounds with a checkpoint after each, the one before the newest still there (`keep=2`, as during a save)."
-    cfg = tiny(tmp_path, rounds=rounds, **kw)
-    with mock.patch("sapo_nb.node.save_checkpoint", functools.partial(save_checkpoint, keep=2)): node(cfg).run()
+    "A node that ran `rounds` rounds with a checkpoint after each, the one before the newest kept (`checkpoints_kept=2`)."
+    cfg = tiny(tmp_path, rounds=rounds, checkpoints_kept=2, **kw)
+    node(cfg).run()
     return cfg
 
 

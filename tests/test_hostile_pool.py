@@ -315,7 +315,7 @@ def test_answer_metadata_rewards_never_sent(tmp_path):
 
 def test_answer_on_the_wire_is_rejected(tmp_path):
     t = pool(tmp_path); t.publish(0, "a", groups())
-    obj = make_rollout(0, "b", groups(), experiment="exp")
+    obj = make_rollout(0, "b", groups(), experiment="exp", swarm=t.swarm)
     obj["groups"][0]["answer"] = "42"
     t._register("b", public_key_hex(load_key("b")))
     (t.round_dir(0) / "b.json").write_bytes(encode_rollout(sign_rollout(obj, load_key("b"))))

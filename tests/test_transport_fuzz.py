@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sapo_nb.core import Group
 from sapo_nb.identity import canonical_json, load_key, public_key_hex, sign_rollout
-from sapo_nb.transport import (FolderTransport, MemoryTransport, PoolLimits, REJECT_REASONS, decode_rollout,
+from sapo_nb.transport import (SCHEMA_VERSION, FolderTransport, MemoryTransport, PoolLimits, REJECT_REASONS, decode_rollout,
                                encode_rollout, make_rollout)
 
 LIMITS = PoolLimits(max_completion_chars=40, max_question_chars=30, max_groups_per_file=5, max_file_bytes=6000)
@@ -62,7 +62,7 @@ def check_decode(data, expected_round=3, expected_node=None):
     if groups:
         assert len(data) <= LIMITS.max_file_bytes
         obj = json.loads(data)
-        assert obj["schema"] == 2 and obj["experiment"] == "fz" and obj["public_key"] == PUB
+        assert obj["schema"] == SCHEMA_VERSION and obj["experiment"] == "fz" and obj["public_key"] == PUB
         KEY.public_key().verify(bytes.fromhex(obj["signature"]), canonical_json({k: v for k, v in obj.items() if k != "signature"}))
         assert_valid(groups, expected_round, expected_node=expected_node, declared_G=obj["G"])
     return groups, reasons
@@ -113,7 +113,8 @@ def near_valid_rollouts(draw):
         return st.tuples(g, maybe(st.just({}), extra, 0.1)).map(lambda t: {**t[0], **t[1]})
 
     obj = {
-        "schema": draw(maybe(st.just(2), st.sampled_from([0, 1, "2", True, 2.0, None]))),
+        "schema": draw(maybe(st.just(SCHEMA_VERSION), st.sampled_from([0, 1, 2, "3", True, 3.0, None]))),
+        "swarm": "",
         "experiment": draw(maybe(st.just("fz"), st.one_of(node_ids, any_json))),
         "round": draw(maybe(st.just(3), st.one_of(st.integers(-1, 5), any_json))),
         "node_id": draw(maybe(st.just("node-1"), node_ids)),

@@ -1,0 +1,169 @@
+"""Bounds a hostile peer must not get past, one named test per attack: groups larger than the receiver's G, DHT
+values over the byte cap and floods of owned subkeys (on real hivemind nodes on loopback), a sybil flood within the
+caps, a rollout replayed into another pool, and a peer name with quotes and control characters in a log line.
+
+The DHT tests are skipped, with the import error as the reason, where hivemind is not importable.
+"""
+import logging, os, shutil, tempfile, time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sapo_nb.core import safe_text
+from sapo_nb.identity import load_key, sign_rollout
+from sapo_nb.transport import FolderTransport, MemoryTransport, PoolLimits, encode_rollout, make_rollout
+
+try:
+    import hivemind.dht.node  # noqa: F401
+    _NO_HIVEMIND = None
+except Exception as e:  # ImportError, or a broken install
+    _NO_HIVEMIND = f"hivemind is not importable ({type(e).__name__}: {e})"
+
+LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False, timeout=30)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def key_folder():
+    "Every key of these tests lives in a temp folder, never the user's real one."
+    old, d = os.environ.get("SAPO_KEY_DIR"), tempfile.mkdtemp()
+    os.environ["SAPO_KEY_DIR"] = d
+    yield d
+    if old is None: os.environ.pop("SAPO_KEY_DIR", None)
+    else: os.environ["SAPO_KEY_DIR"] = old
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def groups(tag, n=2, G=2):
+    return [dict(task="basic_arithmetic", item=dict(component=0, seed=1, index=i), question=f"{tag} q{i}",
+                 completions=[f"{tag} {k}" for k in range(G)], truncated=[False] * G) for i in range(n)]
+
+
+# ------------------------------------------------------------------ groups larger than the receiver's G
+
+def test_oversized_G_is_too_many_completions():
+    store = {}
+    MemoryTransport(store).publish(0, "wide", groups("w", n=1, G=5))  # one more than the receiver's G
+    MemoryTransport(store).publish(0, "huge", groups("h", n=1, G=300))  # over the hard cap, whatever G says
+    MemoryTransport(store).publish(0, "fits", groups("f", n=1, G=4))
+    small_g = MemoryTransport(store, limits=PoolLimits(completions_per_question=4))
+    assert [g.node_id for g in small_g.collect(0)] == ["fits"]
+    assert small_g.rejects == Counter(too_many_completions=2)
+    big_g = MemoryTransport(store, limits=PoolLimits(completions_per_question=1000))  # a G past the hard cap
+    assert sorted(g.node_id for g in big_g.collect(0)) == ["fits", "wide"]
+    assert big_g.rejects == Counter(too_many_completions=1)
+
+
+# ------------------------------------------------------------------ a sybil flood within the caps
+
+def test_sybil_flood_leaves_known_peers_their_fair_share(tmp_path):
+    store, honest = {}, ["h0", "h1", "h2"]
+    lim = PoolLimits(max_files_per_round=20, max_groups_per_round=40)
+    me = MemoryTransport(store, limits=lim)
+    for r in (0, 1):
+        for h in honest: MemoryTransport(store).publish(r, h, groups(f"{h}r{r}"))
+    assert sorted({g.node_id for g in me.collect(0)}) == honest  # round 0: the swarm before the flood
+    sybil = MemoryTransport(store, key_dir=tmp_path)  # one attacker, 200 identities, each publishing 10 groups
+    for i in range(200): sybil.publish(1, f"s{i:03d}", groups(f"s{i}", n=10))
+    got = Counter(g.node_id for g in me.collect(1))
+    assert all(got[h] == 2 for h in honest)  # every honest peer is read, with all its groups
+    assert sum(got.values()) <= 40 and max(got.values()) <= 40 // 20  # nobody takes more than a fair share
+    assert me.dropped["over_files"] == 200 + 3 - 20 and me.dropped["over_groups"] == 17
+
+
+# ------------------------------------------------------------------ replay into another pool
+
+def test_replay_into_another_pool_is_swarm_mismatch(tmp_path):
+    a_root, b_root = tmp_path / "a", tmp_path / "b"
+    FolderTransport(a_root, "sapo").publish(0, "alice", groups("alice"))
+    b = FolderTransport(b_root, "sapo")  # the same (default) experiment name, another pool
+    b.publish(0, "bob", groups("bob"))
+    shutil.copy(a_root / "sapo/rollouts/round_0/alice.json", b_root / "sapo/rollouts/round_0/alice.json")
+    if (a_root / "sapo/keys/alice.pub").exists():  # what a registry holds is public: copy it too
+        shutil.copy(a_root / "sapo/keys/alice.pub", b_root / "sapo/keys/alice.pub")
+    reader = FolderTransport(b_root, "sapo")
+    assert {g.node_id for g in reader.collect(0)} == {"bob"}
+    assert reader.rejects == Counter(swarm_mismatch=1)
+
+
+# ------------------------------------------------------------------ peer text in logs
+
+def test_peer_name_with_quotes_and_control_characters_is_logged_escaped(tmp_path, caplog):
+    t = FolderTransport(tmp_path, "exp")
+    t.publish(0, "honest", groups("h"))
+    name = "x\"; $(touch pwned); echo '\x1b[2Jé\u202e" + "y" * 200
+    (tmp_path / "exp/rollouts/round_0" / f"{name}.json").write_bytes(b"{}")
+    with caplog.at_level(logging.WARNING, logger="sapo_nb.transport"):
+        assert {g.node_id for g in t.collect(0, exclude="me")} == {"honest"}
+    assert t.rejects == Counter(bad_node_id=1)
+    (msg,) = [r.getMessage() for r in caplog.records if "bad_node_id" in r.getMessage()]
+    assert safe_text(name) in msg and "chars" in msg  # escaped, and capped
+    assert msg.isascii() and msg.isprintable() and msg.count("'") == 2 and '"' not in msg and "$(" not in msg
+
+
+# ------------------------------------------------------------------ the DHT: byte cap and subkey floods
+
+CAP = 20_000
+
+
+@pytest.fixture(scope="module")
+def dht():
+    if _NO_HIVEMIND: pytest.skip(_NO_HIVEMIND)
+    from sapo_nb.transport import HivemindTransport
+    alice = HivemindTransport("hm-bounds", limits=PoolLimits(max_file_bytes=CAP), **LOOPBACK)
+    bob = HivemindTransport("hm-bounds", initial_peers=alice.maddrs, limits=PoolLimits(max_file_bytes=CAP), **LOOPBACK)
+    mallory = HivemindTransport("hm-bounds", initial_peers=alice.maddrs, **LOOPBACK)  # her own, looser rules
+    yield dict(alice=alice, bob=bob, mallory=mallory)
+    for t in (mallory, bob, alice): t.close()
+
+
+def held(t, round):
+    "{subkey: value bytes} of round `round` in `t`'s own DHT storage (read in its event loop)."
+    from hivemind.dht.routing import DHTID
+    async def read():
+        item = t._node.protocol.storage.get(DHTID.generate(source=t._key(round)))
+        return {} if item is None else {s: v.value for s, v in item.value.items()}
+    return t._run(read())
+
+
+def test_dht_value_over_the_byte_cap_is_neither_stored_nor_fetched(dht):
+    alice, bob, mallory = dht["alice"], dht["bob"], dht["mallory"]
+    big = b"x" * (5 * CAP)
+    mallory._run(mallory._node.store(mallory._key(10), big, mallory._now() + 60, subkey=mallory.subkey("big")))
+    for t in (alice, bob): assert all(len(v) <= 2 * CAP for v in held(t, 10).values())
+    found = alice._run(alice._node.get(alice._key(10), latest=True))
+    assert found is None or all(len(v.value) <= 2 * CAP for v in found.value.values())
+
+
+def test_dht_subkey_flood_is_capped_per_owner(dht):
+    alice, bob, mallory = dht["alice"], dht["bob"], dht["mallory"]
+    later = mallory._now() + 60
+    for i in range(30):
+        mallory._run(mallory._node.store(mallory._key(11), b"y" * 100, later, subkey=mallory.subkey(f"s{i}")))
+    for i in range(5):  # fewer subkeys, but more bytes than one entry may have, in all
+        mallory._run(mallory._node.store(mallory._key(12), b"z" * (CAP // 2), later, subkey=mallory.subkey(f"b{i}")))
+    owner = mallory._owner.local_public_key
+    for t in (alice, bob):
+        assert len([s for s in held(t, 11) if owner in s]) == 8  # MAX_SUBKEYS_PER_OWNER
+        assert sum(len(v) for s, v in held(t, 12).items() if owner in s) <= CAP + 4096
+    bob.publish(11, "bob", groups("bob"))  # an honest node still gets in
+    deadline = time.time() + 15
+    while "bob" not in {g.node_id for g in alice.collect(11)} and time.time() < deadline: time.sleep(0.2)
+    assert {g.node_id for g in alice.collect(11)} == {"bob"}
+
+
+def test_dht_replay_from_another_swarm_is_swarm_mismatch(dht):
+    from sapo_nb.transport import HivemindTransport
+    alice, mallory = dht["alice"], dht["mallory"]
+    assert alice.swarm == dht["bob"].swarm == mallory.swarm  # agreed through the initial peers
+    other = HivemindTransport("hm-bounds", **LOOPBACK)  # another swarm with the same experiment name
+    try:
+        assert other.swarm != alice.swarm
+        payload = other.encode(13, "olga", groups("olga"))
+    finally: other.close()
+    mallory._run(mallory._node.store(mallory._key(13), payload, mallory._now() + 60, subkey=mallory.subkey("olga")))
+    deadline = time.time() + 15
+    while not alice.rejects["swarm_mismatch"] and time.time() < deadline:
+        assert alice.collect(13) == []
+        time.sleep(0.2)
+    assert alice.rejects["swarm_mismatch"] == 1

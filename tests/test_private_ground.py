@@ -1,0 +1,278 @@
+"""A node's own files are out of a peer's reach: one named test per attack on the private ground.
+Anyone who can write to the shared root can plant links, folders and FIFOs under `<root>/<experiment>/`. Each test plants
+one and checks that nothing outside the root is read, written, signalled or deleted, and that nothing crashes or locks
+out. Each fails on the code before `core`'s descriptor-walking helpers (links were followed, folders opened). Tiny model,
+temp folders.
+"""
+import io, json, os, signal, socket, subprocess, sys, time
+from contextlib import redirect_stdout, redirect_stderr
+from pathlib import Path
+import pytest
+from sapo_nb.config import SAPOConfig
+from sapo_nb.core import (UnsafePath, append_jsonl, atomic_write, checkpoint_dir, experiment_dir, metrics_path, read_jsonl,
+                          safe_text, trust_root)
+from sapo_nb.node import (SwarmNode, NodeLease, NodeRunning, CheckpointError, LEASE_STALE, lease_path, save_checkpoint,
+                          _digest)
+from sapo_nb.transport import MemoryTransport
+
+
+@pytest.fixture(autouse=True)
+def keys(tmp_path_factory, monkeypatch):
+    "Every test gets its own key folder (never the user's real keys)."
+    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+
+
+def tiny(root, **kw):
+    return SAPOConfig(**{**dict(model="tiny", mix="quick", root=str(root), node_id="node-0", local_questions=2,
+                                external_questions=0, completions_per_question=3, max_new_tokens=6, rounds=3,
+                                checkpoint_every=1, learning_rate=1e-3, transport="memory", eval_every=0), **kw})
+
+def node(cfg, log=lambda *_: None): return SwarmNode(cfg, transport=MemoryTransport(), log=log)
+
+def cli(*argv) -> tuple:
+    "`sapo ARGV` in this process: (exit code, stdout, stderr)."
+    from sapo_nb.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err): code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+def other_run(tmp_path) -> Path:
+    "Another run's experiment folder, outside the attacked root: a checkpoint, a config, metrics."
+    other = tmp_path / "other_root" / "exp"
+    ck = other / "checkpoints" / "node-0" / "round_5"; ck.mkdir(parents=True); (ck / "complete").write_text("{}")
+    (ck / "model.safetensors").write_bytes(b"another run's weights")
+    logs = other / "logs" / "node-0"; logs.mkdir(parents=True)
+    (logs / "config.json").write_text('{"rounds": 99}')
+    (logs / "metrics.jsonl").write_text(json.dumps(dict(round=0, node_id="node-0", I=1, J=0, reward_train=0.5, pool_available=0,
+                                                        pool_selected=0, seconds=dict(total=1.0), time=1.0)) + "\n")
+    return other
+
+def snapshot(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+# --- code execution ---------------------------------------------------------------------------------------------------
+
+def test_node_log_link_into_shell_startup_refused(tmp_path):
+    "A `node.log` planted as a link into a shell start-up file: the launcher refuses it; the file gets no byte."
+    from sapo_nb.swarm import ProcessSwarm
+    bashrc = tmp_path / "home" / ".bashrc"; bashrc.parent.mkdir(); bashrc.write_text("# mine\n")
+    cfg = tiny(tmp_path / "root", transport="folder")
+    log = metrics_path(cfg).parent / "node.log"; log.parent.mkdir(parents=True); log.symlink_to(bashrc)
+    with pytest.raises(UnsafePath, match="is a link"): ProcessSwarm([cfg]).start()
+    assert bashrc.read_text() == "# mine\n"
+
+
+def test_peer_name_with_quotes_and_control_characters_is_inert(tmp_path):
+    "A peer-chosen file name with quotes, `$(...)` and control characters, escaped: one printable token a shell never runs."
+    name = "x'\"$(touch PWNED)`touch PWNED2`\n\x1b[2J\\" + "y" * 500
+    token = safe_text(name)
+    assert all(" " <= c <= "~" for c in token) and len(token) < 200 and "\n" not in token  # 80 characters, escaped
+    out = subprocess.run(["sh", "-c", f"echo {token}"], cwd=tmp_path, capture_output=True, text=True).stdout
+    assert not list(tmp_path.iterdir()) and out.count("\n") == 1  # nothing ran; one line
+
+
+# --- writes, reads and deletes outside the root ----------------------------------------------------------------------
+
+def test_metrics_link_not_appended(tmp_path):
+    "A `metrics.jsonl` planted as a link to a file outside the root: the row is refused, the file untouched."
+    victim = tmp_path / "victim.txt"; victim.write_text("precious\n")
+    cfg = tiny(tmp_path / "root")
+    m = metrics_path(cfg); m.parent.mkdir(parents=True); m.symlink_to(victim)
+    with pytest.raises(UnsafePath): append_jsonl(metrics_path(cfg), {"round": 0})
+    assert victim.read_text() == "precious\n"
+
+
+def test_linked_logs_folder_config_not_replaced(tmp_path):
+    "`logs/<node>` planted as a link to another run's folder: the launcher's `config.json` is not written there."
+    from sapo_nb.swarm import ProcessSwarm
+    other = other_run(tmp_path); before = snapshot(other)
+    cfg = tiny(tmp_path / "root", transport="folder", experiment="exp")
+    (experiment_dir(cfg) / "logs").mkdir(parents=True); (experiment_dir(cfg) / "logs" / "node-0").symlink_to(other / "logs" / "node-0")
+    with pytest.raises(UnsafePath): ProcessSwarm([cfg]).start()
+    assert snapshot(other) == before
+
+
+def test_linked_checkpoint_folder_neither_resumed_nor_deleted(tmp_path):
+    "`checkpoints/<node>` linked to another run's: the node refuses to resume from it, and its checkpoint stays."
+    other = other_run(tmp_path)
+    donor = tiny(tmp_path / "donor"); d = node(donor); d.run()  # a real checkpoint, in the other run's folder
+    os.rename(checkpoint_dir(donor), other / "checkpoints" / "node-1")
+    before = snapshot(other)
+    cfg = tiny(tmp_path / "root", experiment="exp")
+    checkpoint_dir(cfg).parent.mkdir(parents=True); checkpoint_dir(cfg).symlink_to(other / "checkpoints" / "node-1")
+    n = node(cfg)
+    with pytest.raises(UnsafePath, match="is a link"): n.run()
+    assert snapshot(other) == before
+
+
+def test_linked_experiment_folder_refused_by_the_node(tmp_path):
+    "The experiment folder itself a link to another run: the node stops at start, naming the link; nothing is written there."
+    other = other_run(tmp_path); before = snapshot(other)
+    cfg = tiny(tmp_path / "root", experiment="exp")
+    Path(cfg.root).mkdir(); experiment_dir(cfg).symlink_to(other)
+    with pytest.raises(UnsafePath, match="exp' is a link"): node(cfg)
+    assert snapshot(other) == before
+
+
+def test_clean_on_linked_experiment_deletes_nothing(tmp_path):
+    "`sapo clean` on an experiment folder that is a link: exit 2, the other run's checkpoints stay."
+    other = other_run(tmp_path); before = snapshot(other)
+    root = tmp_path / "root"; root.mkdir(); (root / "exp").symlink_to(other)
+    code, out, err = cli("clean", "--root", str(root), "--experiment", "exp")
+    assert code == 2 and "not a folder" in err
+    assert snapshot(other) == before
+
+
+def test_clean_through_linked_checkpoints_folder_deletes_nothing(tmp_path):
+    "`sapo clean` where `checkpoints` is a link to another run's: it says so and removes nothing."
+    other = other_run(tmp_path); before = snapshot(other)
+    root = tmp_path / "root"; (root / "exp").mkdir(parents=True); (root / "exp" / "checkpoints").symlink_to(other / "checkpoints")
+    code, out, err = cli("clean", "--root", str(root), "--experiment", "exp")
+    assert code == 0 and "left in place" in out and "freed 0 B" in out
+    assert snapshot(other) == before
+
+
+def test_status_reads_nothing_through_a_link(tmp_path):
+    "`sapo status` where `logs/node-0` links to another run's: that run's rows are not shown."
+    other = other_run(tmp_path)
+    root = tmp_path / "root"; (root / "exp" / "logs").mkdir(parents=True)
+    (root / "exp" / "logs" / "node-0").symlink_to(other / "logs" / "node-0")
+    code, out, _ = cli("status", "--root", str(root), "--experiment", "exp")
+    assert code == 0 and "no node has written a metrics row yet" in out
+
+
+def test_panel_stop_through_linked_pid_file_and_logs_signals_nothing(tmp_path):
+    "The panel's Stop where the pid file and `logs` link to another run's: that run's node keeps running."
+    pytest.importorskip("ipywidgets")
+    import psutil
+    from sapo_nb.panel import SwarmPanel
+    from sapo_nb.swarm import PID_FILE
+    other = other_run(tmp_path)
+    config = other / "logs" / "node-0" / "config.json"
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "node", "--threads", "1", "--config", str(config)],
+                              start_new_session=True)
+    try:
+        (other / PID_FILE).write_text(json.dumps(dict(host=socket.gethostname(), launched_at=1.0, nodes={
+            "node-0": dict(pid=victim.pid, create_time=psutil.Process(victim.pid).create_time())})))
+        root = tmp_path / "root"; (root / "exp").mkdir(parents=True)
+        (root / "exp" / PID_FILE).symlink_to(other / PID_FILE); (root / "exp" / "logs").symlink_to(other / "logs")
+        p = SwarmPanel(root=str(root), experiment="exp", interval=None)
+        assert p.stop(timeout=2) == {}
+        time.sleep(0.2); assert victim.poll() is None
+        # the pid file alone linked, `logs` a real folder holding a link to the other's node folder: still nothing
+        (root / "exp" / "logs").unlink(); (root / "exp" / "logs").mkdir()
+        (root / "exp" / "logs" / "node-0").symlink_to(other / "logs" / "node-0")
+        (root / "exp" / PID_FILE).unlink(); (root / "exp" / PID_FILE).write_text((other / PID_FILE).read_text())
+        assert p.stop(timeout=2) == {} and victim.poll() is None
+    finally: victim.kill(); victim.wait()
+
+
+# --- planted folders -------------------------------------------------------------------------------------------------
+
+def test_planted_folders_crash_no_reader(tmp_path):
+    "Folders where `metrics.jsonl`, `config.json` and `panel_pids.json` should be: status, clean and the panel read on."
+    from sapo_nb.swarm import PID_FILE, read_pid_file
+    root = tmp_path / "root"; exp = root / "exp"
+    for p in (exp / "logs" / "node-0" / "metrics.jsonl", exp / "logs" / "node-0" / "config.json", exp / "config.json",
+              exp / PID_FILE):
+        p.mkdir(parents=True)
+    assert cli("status", "--root", str(root), "--experiment", "exp")[0] == 0
+    assert cli("clean", "--root", str(root), "--experiment", "exp")[0] == 0
+    assert read_pid_file(trust_root(root) / "exp") == {}
+    if __import__("importlib").util.find_spec("ipywidgets"):
+        from sapo_nb.panel import SwarmPanel
+        p = SwarmPanel(root=str(root), experiment="exp", interval=None); p.refresh(); p.attach(); p.stop()
+
+
+def test_planted_folders_stop_the_node_with_a_message(tmp_path):
+    "A folder where the node's metrics file goes: the node stops with `UnsafePath` naming it, not `IsADirectoryError`."
+    cfg = tiny(tmp_path / "root")
+    metrics_path(cfg).mkdir(parents=True)
+    with pytest.raises(UnsafePath, match="metrics.jsonl' is a folder"): node(cfg).run()
+    from sapo_nb.swarm import run_node
+    assert run_node(tiny(tmp_path / "root", transport="folder")) == 2  # `sapo node`: a message and exit 2
+
+
+def test_planted_folder_at_the_write_test_path(tmp_path):
+    "A folder where the old fixed write-test name was: the node starts (its probe has a fresh name)."
+    cfg = tiny(tmp_path / "root", rounds=1)
+    (experiment_dir(cfg) / ".write_test_node-0").mkdir(parents=True)
+    node(cfg).run()
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0]
+
+
+# --- leases and restored state ---------------------------------------------------------------------------------------
+
+def test_future_dated_lease_is_recovered(tmp_path):
+    "A lease dated a day in the future (mtime and heartbeat) is invalid, not fresh: the node id starts."
+    cfg = tiny(tmp_path)
+    p = lease_path(cfg); p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(dict(host="elsewhere", pid=4242, token="t", heartbeat=time.time() + 86400)))
+    os.utime(p, (time.time() + 86400,) * 2)
+    NodeLease(cfg).acquire().release()
+
+
+def test_unconfirmable_lease_says_how_to_recover(tmp_path):
+    "A fresh lease of another host: refused, and the message names the file to delete if no such node runs."
+    cfg = tiny(tmp_path)
+    p = lease_path(cfg); p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(dict(host="elsewhere", pid=4242, token="t", heartbeat=time.time())))
+    with pytest.raises(NodeRunning, match=f"delete '{p}' and start again"): NodeLease(cfg).acquire()
+
+
+def test_rewritten_lease_token_says_what_happened(tmp_path):
+    "A lease rewritten with another token under a running node: the node stops saying so, not that it stalled."
+    cfg = tiny(tmp_path, rounds=2)
+    n = node(cfg); n.resume()
+    n.lease.release(); n.lease = NodeLease(cfg, heartbeat=0.05).acquire()
+    lease_path(cfg).write_text(json.dumps(dict(host="h", pid=7, token="someone else")))
+    time.sleep(0.4)
+    with pytest.raises(NodeRunning) as e: n.step()
+    assert "names another holder" in str(e.value) and "stalled" not in str(e.value)
+    n.close()
+
+
+def _fix_marker(ck, state:dict):
+    "Rewrite `state.json` of checkpoint `ck` with its checksum fixed up, as someone who edits it would."
+    (ck / "state.json").write_text(json.dumps(state))
+    marker = json.loads((ck / "complete").read_text()); marker["files"]["state.json"] = _digest(ck / "state.json")
+    (ck / "complete").write_text(json.dumps(marker))
+
+
+def test_absurd_restored_controller_is_refused(tmp_path):
+    "A checkpoint whose controller claims I + J = 10**9 (checksum fixed up): refused, and resume falls back."
+    cfg = tiny(tmp_path, rounds=3, checkpoints_kept=2)
+    n = node(cfg); n.resume(); n.step(); n.step(); n.close()  # checkpoints of rounds 0 and 1
+    ck = checkpoint_dir(cfg) / "round_1"
+    state = json.loads((ck / "state.json").read_text())
+    state["controller"] = dict(state["controller"], total=10**9, J=0)
+    _fix_marker(ck, state)
+    fresh = node(cfg)
+    with pytest.raises(CheckpointError, match="controller"): fresh._check_restored(state)
+    assert fresh.resume() == 1 and fresh.controller.ij == (2, 0)  # from round 0's checkpoint
+    fresh.close()
+
+
+def test_damaged_newest_checkpoint_falls_back_to_the_one_kept_before(tmp_path):
+    "With `checkpoints_kept=2` the checkpoint before the newest stays: a damaged newest falls back to it."
+    cfg = tiny(tmp_path, rounds=3, checkpoints_kept=2)
+    n = node(cfg); n.resume(); n.step(); n.step(); n.close()  # stopped after round 1 of 3
+    f = checkpoint_dir(cfg) / "round_1" / "model.safetensors"; f.write_bytes(f.read_bytes()[:100])
+    again = node(cfg)
+    assert again.resume() == 1
+    again.close()
+
+
+def test_damaged_only_checkpoint_stops_with_what_to_do(tmp_path):
+    "Under the default (one checkpoint kept) a damaged newest one is refused: the node stops and says how to start over."
+    cfg = tiny(tmp_path, rounds=3)
+    n = node(cfg); n.resume(); n.step(); n.step(); n.close()
+    assert sorted(p.name for p in checkpoint_dir(cfg).iterdir()) == ["round_1"]
+    f = checkpoint_dir(cfg) / "round_1" / "model.safetensors"; f.write_bytes(f.read_bytes()[:100])
+    said = []
+    again = node(cfg, log=said.append)
+    with pytest.raises(CheckpointError, match="no checkpoint is intact.*move the folder away"): again.resume()
+    assert any("round 1 skipped" in line for line in said), said
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1]  # nothing thrown away on its own
+    again.close()
