@@ -8,12 +8,12 @@ import dataclasses, json, math, os, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from fastcore.basics import patch
-from .core import atomic_write, safe_text
+from .core import atomic_write, open_regular, safe_text
 
 # %% auto #0
-__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device', 'printable_name',
-           'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides', 'load_config', 'preset',
-           'field_docs']
+__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device',
+           'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides', 'load_config',
+           'preset', 'field_docs']
 
 # %% ../nbs/03_config.ipynb #48066c83
 CHOICES = dict(
@@ -254,11 +254,15 @@ def to_json(self:SAPOConfig, path=None) -> str:
     if path is not None: atomic_write(path, text)
     return text
 
+CONFIG_FILE_MAX_BYTES = 1 << 20  # a config file is a few kB
+
 def _read_config_file(path) -> dict:
     "The field values in a `.json`, `.yaml` or `.yml` file."
     path = Path(path)
-    if not path.exists(): raise ConfigError(f"SAPOConfig: config file {path} does not exist")
-    text = path.read_text()
+    f = open_regular(path)  # a regular file only (a FIFO never blocks; under a run's root, never through a link)
+    if f is None: raise ConfigError(f"SAPOConfig: config file {safe_text(path, 400)} does not exist or is not a regular file")
+    with f: text = f.read(CONFIG_FILE_MAX_BYTES + 1).decode("utf-8", "replace")
+    if len(text) > CONFIG_FILE_MAX_BYTES: raise ConfigError(f"SAPOConfig: {safe_text(path, 400)} is over 1 MB")
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml

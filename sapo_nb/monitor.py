@@ -8,12 +8,13 @@ import json, os, time
 from collections import deque
 from pathlib import Path
 from .config import printable_name
-from .core import is_count, is_finite, open_regular, read_jsonl, read_node_configs, valid_metrics_row
+from .core import (UnsafePath, is_count, is_finite, list_dir, open_regular, read_jsonl, read_node_configs, trust_root,
+                          valid_metrics_row)
 
 # %% auto #0
-__all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node_state', 'node_status', 'swarm_status',
-           'format_status', 'MetricsReader', 'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines',
-           'run_summary', 'format_summary']
+__all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node_state', 'node_status', 'node_dirs',
+           'swarm_status', 'format_status', 'MetricsReader', 'moving_average', 'NodeSeries', 'SwarmWatcher',
+           'tail_lines', 'run_summary', 'format_summary']
 
 # %% ../nbs/14_monitor.ipynb #5cd7edc2
 def _run_length(x) -> bool: return is_count(x) and x >= 1
@@ -53,11 +54,16 @@ def node_status(node:str, last:dict|None, rounds:int, skipped:int, total:int|Non
     return row
 
 # %% ../nbs/14_monitor.ipynb #d4e9ee7a
+def node_dirs(exp) -> list:
+    "The node folders under `<exp>/logs`, in name order: real folders only, none through a link (a linked `logs`: none)."
+    try: return [exp / "logs" / n for n, kind in sorted(list_dir(exp / "logs").items()) if kind == "dir"]
+    except (UnsafePath, NotADirectoryError): return []
+
 def swarm_status(root, experiment:str, now:float|None=None, stale_after:float|None=None) -> list:
     "One `node_status` per node of `<root>/<experiment>` with a valid row, from its whole metrics file (`skipped`: rows that are not valid)."
-    now, exp = time.time() if now is None else now, Path(root) / experiment
+    now, exp = time.time() if now is None else now, trust_root(root) / experiment  # the root trusted, nothing below it
     total, out = planned_rounds(exp), []
-    for d in sorted((exp / "logs").glob("*")):
+    for d in node_dirs(exp):
         read = read_jsonl(d / "metrics.jsonl")
         rows = [r for r in read if valid_metrics_row(r)]
         if rows: out.append(node_status(d.name, rows[-1], len(rows), len(read) - len(rows), total.get(d.name), now, stale_after))
@@ -148,14 +154,12 @@ def _with_process(seen:str, proc:str|None) -> str:
 class SwarmWatcher:
     "The series and status of every node of `<root>/<experiment>`, kept up to date incrementally."
     def __init__(self, root, experiment:str, window:int=100):
-        self.dir, self.window, self.nodes, self.total_rounds = Path(root) / experiment, window, {}, {}
+        self.dir, self.window, self.nodes, self.total_rounds = trust_root(root) / experiment, window, {}, {}
 
     def refresh(self) -> dict:
         "Read what is new; {node: rows added} for the nodes that changed."
-        logs = self.dir / "logs"
-        if logs.is_dir():
-            for d in sorted(logs.iterdir()):
-                if d.is_dir() and d.name not in self.nodes: self.nodes[d.name] = NodeSeries(d / "metrics.jsonl", self.window)
+        for d in node_dirs(self.dir):
+            if d.name not in self.nodes: self.nodes[d.name] = NodeSeries(d / "metrics.jsonl", self.window)
         changed = {}
         for name, series in self.nodes.items():
             n = series.update()
@@ -192,9 +196,9 @@ def _mean_of(xs) -> float|None:
 
 def run_summary(root, experiment:str, window:int|None=None) -> list:
     "Per node of `<root>/<experiment>`: mean rewards over its first and last `window` rounds, and held-out pass@1 before and at the newest evaluation."
-    exp, out = Path(root) / experiment, []
+    exp, out = trust_root(root) / experiment, []
     total = planned_rounds(exp)
-    for d in sorted((exp / "logs").glob("*")):
+    for d in node_dirs(exp):
         rows = [r for r in read_jsonl(d / "metrics.jsonl") if valid_metrics_row(r)]
         if not rows: continue
         k = window or max(1, min(5, len(rows) // 3))

@@ -142,6 +142,17 @@ def test_status_reads_nothing_through_a_link(tmp_path):
     assert code == 0 and "no node has written a metrics row yet" in out
 
 
+def test_monitor_called_directly_reads_nothing_through_a_link(tmp_path):
+    "`swarm_status`, `run_summary` and `SwarmWatcher` called by a user's own code (no CLI recording the root first)."
+    from sapo_nb.monitor import SwarmWatcher, run_summary, swarm_status
+    other = other_run(tmp_path)
+    for linked in ("logs", "logs/node-0"):
+        root = tmp_path / f"root-{linked.replace('/', '-')}"; (root / "exp" / linked).parent.mkdir(parents=True, exist_ok=True)
+        (root / "exp" / linked).symlink_to(other / linked)
+        watcher = SwarmWatcher(root, "exp"); watcher.refresh()
+        assert (swarm_status(root, "exp"), run_summary(root, "exp"), watcher.nodes) == ([], [], {})
+
+
 def test_panel_stop_through_linked_pid_file_and_logs_signals_nothing(tmp_path):
     "The panel's Stop where the pid file and `logs` link to another run's: that run's node keeps running."
     pytest.importorskip("ipywidgets")
