@@ -8,7 +8,7 @@
                   under the default caps (at most 256 entries read)
      bytes        bytes per round in the pool
 2. The worst case of one collect under the default caps, in a fresh process: a round folder holding 300 valid,
-   signed rollouts of registered ids at max_file_bytes each, plus 50 FIFOs and 50 links (`--worst`), and a
+   signed rollouts at max_file_bytes each, plus 50 FIFOs and 50 links (`--worst`), and a
    flood of 65,536 tiny files (`--flood`): wall seconds and the reader's peak memory above its start.
 
     python bench/pool_trust.py                      # 1 only
@@ -22,7 +22,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from sapo_nb.transport import FolderTransport, PoolLimits, decode_rollout
-from sapo_nb.identity import check_signature, load_key, public_key_hex
+from sapo_nb.identity import check_signature, load_key
 
 WORDS = "the answer is so we add carry one then digit sum total result check step first next final".split()
 
@@ -45,7 +45,6 @@ def rss_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 def bench_signing(peers, I, G, chars, rounds, root, keys):
     rng, rows = random.Random(0), []
     t = FolderTransport(root, f"sign{peers}", key_dir=keys)
-    for n in range(peers): t._register(f"peer-{n:03d}", public_key_hex(t._signing_key(f"peer-{n:03d}")))
     for rnd in range(rounds):
         payloads = []
         t0 = time.perf_counter()
@@ -63,7 +62,7 @@ def bench_signing(peers, I, G, chars, rounds, root, keys):
 
 
 def build_worst(root, keys, files, fifos, links):
-    "A round folder of `files` valid signed rollouts at max_file_bytes, registered ids, plus FIFOs and links."
+    "A round folder of `files` valid signed rollouts at max_file_bytes, plus FIFOs and links named like rollouts."
     lim = PoolLimits()
     t = FolderTransport(root, "worst", key_dir=keys)
     rng = random.Random(1)
@@ -73,8 +72,9 @@ def build_worst(root, keys, files, fifos, links):
     for n in range(files):
         sizes.append(t.publish(0, f"evil-{n:03d}", gs, G=G))
     d = t.round_dir(0)
-    for n in range(fifos): os.mkfifo(d / f"fifo-{n:02d}.json")
-    for n in range(links): os.symlink("/dev/zero", d / f"link-{n:02d}.json")
+    wire = lambda alias: f"{alias}.{n:020x}.json"  # the shape of a wire id, so that the reader gets as far as opening it
+    for n in range(fifos): os.mkfifo(d / wire("fifo"))
+    for n in range(links): os.symlink("/dev/zero", d / wire("link"))
     return max(sizes), sum(sizes)
 
 

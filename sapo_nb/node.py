@@ -658,11 +658,13 @@ def run(self:SwarmNode, join_current:bool=False, on_round=None) -> int:
     finally: self.close()
 
 def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
-    "One line of progress for a metrics row; the ETA uses `wall_per_round` (seconds between rows) when known."
-    s, r = row["seconds"]["total"], row["reward_train"]
+    """One line of progress for a metrics row; the ETA uses `wall_per_round` (seconds between rows) when known.
+    `external k/n +m earlier`: k groups taken of the n the round offered, and m that topped J up from earlier rounds."""
+    s, r, up = row["seconds"]["total"], row["reward_train"], row.get("pool_topped_up") or 0
     eta = (wall_per_round or s) * (rounds - row["round"] - 1) / 60
     return (f"{row['node_id']:>10} round {row['round'] + 1}/{rounds}  reward {'  -  ' if r is None else f'{r:.3f}'}  "
-            f"I/J {row['I']}/{row['J']}  external {row['pool_selected']}/{row['pool_available']}  {s:.1f} s/round  ETA {eta:.1f} min")
+            f"I/J {row['I']}/{row['J']}  external {row['pool_selected'] - up}/{row['pool_available']}"
+            + (f" +{up} earlier" if up else "") + f"  {s:.1f} s/round  ETA {eta:.1f} min")
 
 @patch
 def show_progress(self:SwarmNode, row:dict):
@@ -699,7 +701,7 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
     else: policy = merged_adapter(cfg, weights)
     def write(tmp): policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)
     out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model))
-    log(f"{cfg.node_id}: the model of round {state['round']} is in {out}")
+    log(f"{cfg.node_id}: the model trained for {state['round'] + 1} rounds is in {out}")
     return out
 
 # %% ../nbs/12_node.ipynb #a48817d9

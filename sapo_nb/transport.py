@@ -13,15 +13,15 @@ from fastcore.basics import patch
 from .config import SAPOConfig, valid_name
 from .core import Group, WIRE_FIELDS, ITEM_FIELDS, safe_text
 from . import identity
-from .identity import IdentityError, canonical_json, check_signature, load_key, public_key_hex, sign_rollout
+from .identity import (IdentityError, canonical_json, check_signature, check_wire_id, load_key, public_key_hex,
+                              sign_rollout, valid_wire_id, wire_id, MAX_WIRE_ID_CHARS)
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'ROLLOUT_FIELDS', 'ITEM_BOUND', 'MAX_MODEL_CHARS', 'MAX_COMPLETIONS', 'SWARM_RE', 'logger',
-           'REJECT_REASONS', 'DROP_REASONS', 'TRANSIENT_REASONS', 'SWARM_FILE', 'MAX_SUBKEYS_PER_OWNER',
-           'REJOIN_SECONDS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout', 'encode_rollout',
-           'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath', 'Entry', 'Transport', 'fair_share',
-           'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator', 'HivemindTransport',
-           'make_transport']
+           'REJECT_REASONS', 'DROP_REASONS', 'SWARM_FILE', 'MAX_SUBKEYS_PER_OWNER', 'REJOIN_SECONDS', 'TRANSPORTS',
+           'PoolLimits', 'valid_node_id', 'make_rollout', 'encode_rollout', 'check_group', 'decode_rollout', 'Rejected',
+           'TooLarge', 'BlockedPath', 'Entry', 'Transport', 'fair_share', 'MemoryTransport', 'read_regular',
+           'FolderTransport', 'swarm_record_validator', 'HivemindTransport', 'make_transport']
 
 # %% ../nbs/08_transport.ipynb #34a86bd4
 def _config_default(name): return SAPOConfig.__dataclass_fields__[name].default  # one default per knob: the config's
@@ -45,11 +45,11 @@ class PoolLimits:
 
 # %% ../nbs/08_transport.ipynb #5250401f
 def valid_node_id(node_id) -> bool:
-    "True if `node_id` is safe as a file name and DHT subkey (no separators, no `..`, no leading dot): the config's rule."
+    "True if `node_id` is a safe alias (no separators, no `..`, no leading dot): the config's rule."
     return valid_name(node_id)
 
 # %% ../nbs/08_transport.ipynb #4db66d3c
-SCHEMA_VERSION = 3  # bump when the wire format changes; receivers reject other versions
+SCHEMA_VERSION = 4  # bump when the wire format changes; receivers reject other versions
 
 ROLLOUT_FIELDS = ("schema", "swarm", "experiment", "round", "node_id", "model", "created_at", "G", "groups", "public_key",
                   "signature")
@@ -64,7 +64,7 @@ def _wire(g) -> dict:
     return {k: g.get(k) for k in WIRE_FIELDS} if isinstance(g, dict) else g
 
 def make_rollout(round: int, # round number the groups belong to
-                 node_id: str, # sender
+                 node_id: str, # sender: its wire id, `<alias>.<fingerprint>`
                  groups: list, # `Group`s (or dicts with their wire fields)
                  G: int|None=None, # completions per group; inferred from the first group
                  model: str="", # model name, informational
@@ -86,6 +86,7 @@ def encode_rollout(rollout: dict) -> bytes:
 logger = logging.getLogger("sapo_nb.transport")
 
 REJECT_REASONS = {
+    "legacy_id": "filed under a bare alias, no key fingerprint (`<alias>.json`, as before schema 4): not read",
     "vanished": "listed, but gone before it could be read",
     "read_error": "could not be read (OS error)",
     "symlink": "a symbolic link where a rollout file or a round folder should be (never followed)",
@@ -95,7 +96,7 @@ REJECT_REASONS = {
     "bad_schema": "not a JSON object, or schema is not SCHEMA_VERSION",
     "unexpected_field": "a field the schema does not have, in the rollout or a group (e.g. answer, metadata, rewards)",
     "bad_field": "a top-level field is missing or of the wrong type (swarm, experiment, round, model, created_at, G, groups)",
-    "bad_node_id": "node_id is not a safe name (see valid_node_id)",
+    "bad_node_id": "node_id (or the name it is filed under) is not `<alias>.<fingerprint>` (valid_wire_id)",
     "swarm_mismatch": "signed for another pool (a replay from another folder or DHT with the same experiment name)",
     "experiment_mismatch": "signed for another experiment",
     "node_mismatch": "node_id differs from the name it was published under",
@@ -104,8 +105,7 @@ REJECT_REASONS = {
     "too_many_completions": "G is more than the receiver's completions_per_question, or than MAX_COMPLETIONS",
     "bad_key": "public_key is not 64 lower-case hex characters of an Ed25519 key",
     "bad_signature": "the signature is missing, malformed, or not valid for this content and key",
-    "unknown_key": "no key is registered for this node id",
-    "key_mismatch": "this node id is bound to another key",
+    "fingerprint_mismatch": "node_id does not carry the fingerprint of the key that signed it (a forged id)",
     "bad_group": "a group is not an object with task, item, question, completions, truncated",
     "bad_task": "a group's task is not a safe name",
     "bad_item": "a group's item is not {component, seed, index} with ints in [0, 2**31)",
@@ -157,7 +157,7 @@ def _check_header(obj, lim, expected_round, expected_node, expected_experiment) 
             and _is_num(ts) and math.isfinite(ts) and _is_int(G) and G >= 1 and isinstance(groups, list)
             and isinstance(obj.get("swarm"), str) and (obj["swarm"] == "" or SWARM_RE.fullmatch(obj["swarm"]))):
         return "bad_field"
-    if not valid_node_id(obj.get("node_id")): return "bad_node_id"
+    if not valid_wire_id(obj.get("node_id")): return "bad_node_id"
     if expected_experiment is not None and exp != expected_experiment: return "experiment_mismatch"
     if expected_node is not None and obj["node_id"] != expected_node: return "node_mismatch"
     if expected_round is not None and rnd != expected_round: return "round_mismatch"
@@ -170,7 +170,6 @@ def decode_rollout(data: bytes, # the received bytes
                    limits: PoolLimits|None=None,
                    expected_node: str|None=None, # the name it was published under (file name, DHT subkey)
                    expected_experiment: str|None=None, # the receiver's experiment (None: do not check)
-                   key_check: Callable|None=None, # (node_id, public_key) -> reject reason or None; None: signature only
                    expected_swarm: str|None=None, # the receiver's pool's swarm id (None: do not check)
                   ) -> tuple[list, list]:
     "Validate received bytes: `(valid Groups, with node_id/round/model/index set, reject reasons)`. Never raises."
@@ -180,10 +179,8 @@ def decode_rollout(data: bytes, # the received bytes
         if len(data) > lim.max_file_bytes: return [], ["too_large"]
         try: obj = json.loads(bytes(data).decode("utf-8"), parse_constant=_no_constants)
         except (ValueError, RecursionError): return [], ["bad_json"]
-        why = _check_header(obj, lim, expected_round, expected_node, expected_experiment) or check_signature(obj)
-        if why is None and key_check is not None:
-            try: why = key_check(obj["node_id"], obj["public_key"])
-            except Exception as e: logger.debug("key check failed: %s", safe_text(str(e))); why = "read_error"
+        why = _check_header(obj, lim, expected_round, expected_node, expected_experiment) or check_signature(obj) \
+            or check_wire_id(obj)
         if why is None and expected_swarm is not None and obj["swarm"] != expected_swarm: why = "swarm_mismatch"
         if why: return [], [why]
         out, reasons = [], []
@@ -208,7 +205,7 @@ class TooLarge(Rejected):
     def __init__(self, where: str=""): super().__init__("too_large", where)
 
 class BlockedPath(OSError):
-    "Something that is not ours sits where our own entry, its folder or our key registration must go."
+    "Something that is not ours sits where our own entry or its folder must go."
 
 DROP_REASONS = {
     "over_files": "the round had more entries than max_files_per_round: a random subset of senders was read",
@@ -228,16 +225,16 @@ class Entry:
     read: Callable  # () -> bytes; may raise Rejected, FileNotFoundError or OSError
 
 class Transport:
-    "Shared logic of all transports: signing, validation, key binding, per-round caps, reject counting, polling cache."
+    "Shared logic of all transports: signing, validation, wire ids, per-round caps, reject counting, polling cache."
     name = "base"
-    tofu = False  # True: a node id is bound to the first key seen (no shared registry)
     cache_rounds = 8  # the most rounds the cache keeps
 
     def __init__(self, limits: PoolLimits|None=None, experiment: str="sapo", key_dir: str|Path|None=None):
         self.limits, self.experiment, self.key_dir = limits or PoolLimits(), experiment, key_dir
         self.rejects, self.dropped, self.unpublished = Counter(), Counter(), Counter()
         self._logged, self._counted, self._cache = set(), set(), {}
-        self._keys, self._registered, self._bound = {}, {}, {}
+        self._keys, self._ids = {}, {}  # alias -> our private key, alias -> our wire id
+        self._own = set()  # the wire ids we published under
         self._seen = {}  # node id -> the first round we accepted it in: who was here before a flood (bounded)
         self.swarm = ""  # this pool's swarm id (`SWARM_RE`), signed into every rollout; set by each implementation
         self._salt = secrets.token_bytes(16)  # this receiver's secret: which senders a capped round reads
@@ -248,8 +245,6 @@ class Transport:
     def _entries(self, round) -> list: raise NotImplementedError
     def _rounds(self) -> list: raise NotImplementedError
     def _remove(self, rounds, node_id, archive) -> int: raise NotImplementedError
-    def _registry_read(self, node_id) -> str|None: raise NotImplementedError
-    def _registry_add(self, node_id, public_key) -> str|None: raise NotImplementedError
 
     def _log_once(self, tag, msg, *args):
         if tag not in self._logged: self._logged.add(tag); logger.warning(msg, *args)
@@ -284,34 +279,29 @@ def _signing_key(self: Transport, node_id):
     return self._keys[node_id]
 
 @patch
-def _register(self: Transport, node_id, pub):
-    "Bind our node id to our key in the pool (on our first publication); refuse if the pool holds another key for it."
-    if self._registered.get(node_id) == pub: return
-    held = self._registry_add(node_id, pub)
-    if held != pub:
-        what = f"another key ({str(held)[:16]}…)" if held else "an unreadable entry"
-        raise IdentityError(f"node_id {node_id!r}: this pool's key registry holds {what}, not our key ({pub[:16]}…, in "
-                            f"{identity.key_dir(self.key_dir)}). Another node uses this id, or its key file changed: choose another "
-                            f"node_id, or use the key file that registered it.")
-    self._registered[node_id] = self._bound[node_id] = pub
+def own_id(self: Transport, alias: str, # our node id as the user gave it (`--node-id`)
+          ) -> str:
+    "Our wire id for `alias`: `<alias>.<fingerprint of its key>`, the key created on first use."
+    if alias not in self._ids: self._ids[alias] = wire_id(alias, public_key_hex(self._signing_key(alias)))
+    return self._ids[alias]
 
 @patch
-def _key_check(self: Transport, node, pub) -> str|None:
-    "None if `pub` is the key bound to `node` (binding it on first sight); else `unknown_key` or `key_mismatch`."
-    known = self._bound.get(node)
-    if known is None:
-        known = self._registry_read(node)
-        if known is None:
-            if not self.tofu: return "unknown_key"
-            known = pub
-        self._bound[node] = known
-    return None if known == pub else "key_mismatch"
+def _existing_id(self: Transport, alias) -> str|None:
+    "Our wire id for `alias` if we hold its key (never creating one); None otherwise."
+    if alias in self._ids: return self._ids[alias]
+    if not valid_node_id(alias): return None
+    try: key = load_key(alias, self.key_dir, create=False)
+    except IdentityError: return None
+    if key is None: return None
+    self._keys.setdefault(alias, key)
+    try: return self.own_id(alias)
+    except IdentityError: return None
 
 # %% ../nbs/08_transport.ipynb #859cd7f7
 @patch
 def encode(self: Transport, round: int, node_id: str, groups: list, G: int|None=None, model: str="",
            created_at: float|None=None) -> bytes:
-    "Validate our own groups (invalid ones are left out and counted in `unpublished`), sign and encode them."
+    "Validate our own groups (invalid ones left out, counted in `unpublished`), sign and encode them under our wire id."
     if not valid_node_id(node_id): raise ValueError(f"node_id {node_id!r} is not a safe name: use letters, digits, _ - . (no '..', no leading '.')")
     if not _is_int(round) or round < 0: raise ValueError(f"round must be an int >= 0, got {round!r}")
     if not isinstance(model, str) or len(model) > MAX_MODEL_CHARS: raise ValueError(f"model must be a str of at most {MAX_MODEL_CHARS} characters")
@@ -329,8 +319,8 @@ def encode(self: Transport, round: int, node_id: str, groups: list, G: int|None=
                        REJECT_REASONS.get(why, "text that cannot be encoded as UTF-8"))
     if len(keep) > self.limits.max_groups_per_file:
         raise ValueError(f"{len(keep)} groups > max_groups_per_file={self.limits.max_groups_per_file}")
-    obj = make_rollout(round, node_id, keep, G=G, model=model, created_at=created_at, experiment=self.experiment,
-                      swarm=self.swarm)
+    obj = make_rollout(round, self.own_id(node_id), keep, G=G, model=model, created_at=created_at,
+                       experiment=self.experiment, swarm=self.swarm)
     payload = encode_rollout(sign_rollout(obj, self._signing_key(node_id)))
     if len(payload) > self.limits.max_file_bytes:
         raise ValueError(f"rollout of {node_id} round {round} is {len(payload)} bytes > max_file_bytes="
@@ -339,16 +329,17 @@ def encode(self: Transport, round: int, node_id: str, groups: list, G: int|None=
 
 @patch
 def publish(self: Transport, round: int, # round number
-            node_id: str, # our node id (we only ever write our own entry)
+            node_id: str, # our alias (the config's node_id); published under `own_id(node_id)`
             groups: list, # our `Group`s (only their wire fields are sent)
             G: int|None=None, # completions per group (inferred from the first group)
             model: str="", # our model name, informational
            ) -> int:
-    "Sign and publish our groups for `round`; returns the bytes sent (0 if the pool's path was blocked)."
+    "Sign and publish our groups for `round` under our wire id; the bytes sent (0 if the pool's path was blocked)."
     payload = self.encode(round, node_id, groups, G=G, model=model)
+    full = self.own_id(node_id)
     try:
-        self._register(node_id, public_key_hex(self._signing_key(node_id)))
-        self._put(round, node_id, payload)
+        self._put(round, full, payload)
+        self._own.add(full)
     except BlockedPath as e:
         self.unpublished["blocked_path"] += 1
         logger.warning("%s pool: round %d of %s not published: %s", self.name, round, node_id, e.strerror or e)
@@ -371,8 +362,6 @@ def fair_share(amounts: list, # what each sender would take (bytes of its entry,
     return out
 
 # %% ../nbs/08_transport.ipynb #55355b9a
-TRANSIENT_REASONS = {"unknown_key"}  # not cached: read again on the next poll
-
 @patch
 def _forget_old(self: Transport, round):
     "Keep cached groups only for the rounds the caller's staleness window needs."
@@ -397,7 +386,7 @@ def _read_entry(self: Transport, round, e: Entry, budget: int):
     where, once = f"round {round} from {safe_text(e.node)}", (round, e.key, e.stamp)
     if budget < e.size <= self.limits.max_file_bytes: self._count_drop("over_bytes", round, e.key); return None
     size, groups = 0, []
-    if not valid_node_id(e.node): why = ["bad_node_id"]
+    if not valid_wire_id(e.node): why = ["legacy_id" if valid_node_id(e.node) else "bad_node_id"]  # never read
     else:
         try: data = e.read()
         except Rejected as r: why = [r.reason]
@@ -406,10 +395,10 @@ def _read_entry(self: Transport, round, e: Entry, budget: int):
         else:
             size = len(data) if isinstance(data, (bytes, bytearray)) else 0
             if size > budget: self._count_drop("over_bytes", round, e.key); return None
-            groups, why = decode_rollout(data, round, self.limits, expected_node=e.node, key_check=self._key_check,
+            groups, why = decode_rollout(data, round, self.limits, expected_node=e.node,
                                          expected_experiment=self.experiment, expected_swarm=self.swarm)
     for j, r in enumerate(why): self._reject(r, where, once + (r, j))
-    if not set(why) & TRANSIENT_REASONS: self._cache[(round, e.key)] = (e.stamp, size, groups)
+    self._cache[(round, e.key)] = (e.stamp, size, groups)
     if (groups or not why) and (e.node in self._seen or len(self._seen) < 4 * self.limits.max_files_per_round):
         self._seen.setdefault(e.node, round)
     return size, groups
@@ -426,12 +415,13 @@ def _read_order(self: Transport, round, listed: list) -> list:
 
 @patch
 def collect(self: Transport, round: int, # the round to read
-            exclude: str|None=None, # our own node id
+            exclude: str|None=None, # our alias (or a wire id): its entries are left out
            ) -> list:
     "Valid groups other nodes published for `round`, in arrival order, each within its fair share. Cheap to poll."
     self._forget_old(round)
     lim = self.limits
-    listed = [e for e in self._entries(round) if e.node != exclude]
+    skip = {exclude if valid_wire_id(exclude) else None, self._existing_id(exclude) if exclude is not None else None}
+    listed = [e for e in self._entries(round) if e.node not in skip]
     order = self._read_order(round, listed)
     for e in order[lim.max_files_per_round:]: self._count_drop("over_files", round, e.key)
     chosen = order[:lim.max_files_per_round]
@@ -465,12 +455,12 @@ def rounds(self: Transport) -> list:
 
 @patch
 def peers(self: Transport) -> list:
-    "Sorted node ids whose rollouts this transport accepted, and our own."
-    return sorted(set(self._seen) | set(self._registered))
+    "Sorted wire ids (`<alias>.<fingerprint>`) whose rollouts this transport accepted, and our own."
+    return sorted(set(self._seen) | self._own)
 
 @patch
 def cleanup(self: Transport, keep_rounds: int, # rounds to keep, counting back from `current_round`; 0 keeps everything
-            node_id: str|None=None, # whose entries to remove: our own id (None removes nothing)
+            node_id: str|None=None, # whose entries to remove: our alias (None removes nothing)
             current_round: int|None=None, # newest round; default the newest present
             archive: bool=False, # move instead of delete, where the transport supports it
            ) -> int:
@@ -481,19 +471,19 @@ def cleanup(self: Transport, keep_rounds: int, # rounds to keep, counting back f
                        "its own); nothing removed", self.name)
         return 0
     if not valid_node_id(node_id): raise ValueError(f"node_id {node_id!r} is not a safe name")
+    full = self._existing_id(node_id)
+    if full is None: return 0  # no key for this alias here: nothing in the pool is ours
     rounds = self._rounds()
     if not rounds and current_round is None: return 0
     newest = max(rounds) if current_round is None else current_round
     old = [r for r in rounds if r <= newest - keep_rounds]
-    return self._remove(old, node_id, archive) if old else 0
+    return self._remove(old, full, archive) if old else 0
 
 # %% ../nbs/08_transport.ipynb #f1482c34
-_KEY_RE = re.compile(r"[0-9a-f]{64}")
-
 class MemoryTransport(Transport):
     "A pool in a dict shared by the nodes of one process."
     name = "memory"
-    def __init__(self, store: dict|None=None, # shared {round: {node: bytes}, "keys": {...}, "swarm": id}; new if None
+    def __init__(self, store: dict|None=None, # shared {round: {wire id: bytes}, "swarm": id}; new if None
                  limits: PoolLimits|None=None, experiment: str="sapo", key_dir: str|Path|None=None):
         super().__init__(limits, experiment, key_dir)
         self.store = {} if store is None else store
@@ -525,13 +515,6 @@ class MemoryTransport(Transport):
                 if d.pop(node_id, None) is not None: n += 1
                 if not d: self.store.pop(r, None)
         return n
-
-    def _registry_read(self, node_id):
-        v = self.store.get("keys", {}).get(node_id)
-        return v if isinstance(v, str) and _KEY_RE.fullmatch(v) else None
-
-    def _registry_add(self, node_id, public_key):
-        with self._lock: return self.store.setdefault("keys", {}).setdefault(node_id, public_key)
 
 # %% ../nbs/08_transport.ipynb #139ba3d2
 _ROUND_RE = re.compile(r"round_(0|[1-9][0-9]{0,8})")
@@ -594,7 +577,7 @@ def _write_own(dir_fd: int, name: str, payload: bytes, owner: str, replace: bool
 
 # %% ../nbs/08_transport.ipynb #81860837
 class FolderTransport(Transport):
-    "A pool in a shared folder: `<root>/<experiment>/rollouts/round_<r>/<node_id>.json`, keys in `<experiment>/keys`."
+    "A pool in a shared folder: `<root>/<experiment>/rollouts/round_<r>/<alias>.<fingerprint>.json`."
     name = "folder"
     max_listing = 65536  # names one listing of a round folder looks at
 
@@ -633,8 +616,8 @@ class FolderTransport(Transport):
         finally: os.close(dfd)
 
 # %% ../nbs/08_transport.ipynb #572ed593
-# publishing, listing and reading, and the registry: `_put` and `_registry_add` turn "something is in the way"
-# into `BlockedPath`; `_entries` lists with `lstat`, and `read` opens lazily through `read_regular`
+# publishing, listing and reading: `_put` turns "something is in the way" into `BlockedPath`;
+# `_entries` lists with `lstat`, and `read` opens lazily through `read_regular`
 @patch
 def _put(self: FolderTransport, round, node_id, payload):
     try: rfd = self._open_round(round, create=True)
@@ -700,32 +683,6 @@ def _rounds(self: FolderTransport):
     except OSError: pass
     finally: os.close(fd)
     return sorted(out)
-
-# %% ../nbs/08_transport.ipynb #8154e1d0
-@patch
-def _keys_fd(self: FolderTransport, create=False) -> int:
-    efd = os.open(self.exp_dir, _O_DIR)
-    try: return _open_dir("keys", efd, create)
-    finally: os.close(efd)
-
-@patch
-def _registry_read(self: FolderTransport, node_id):
-    try: kfd = self._keys_fd()
-    except OSError: return None
-    try: text = read_regular(f"{node_id}.pub", kfd, 256).decode("ascii", "replace").strip()
-    except (Rejected, OSError): return None
-    finally: os.close(kfd)
-    return text if _KEY_RE.fullmatch(text) else None
-
-@patch
-def _registry_add(self: FolderTransport, node_id, public_key):
-    try: kfd = self._keys_fd(create=True)
-    except OSError as e:
-        if e.errno in _BLOCKING: raise BlockedPath(e.errno, f"{self.exp_dir / 'keys'} is not a folder (a link or a file)") from None
-        raise
-    try: created = _write_own(kfd, f"{node_id}.pub", f"{public_key}\n".encode(), node_id, replace=False)
-    finally: os.close(kfd)
-    return public_key if created else self._registry_read(node_id)
 
 # %% ../nbs/08_transport.ipynb #a1e0c007
 SWARM_FILE = "swarm_id"
@@ -835,7 +792,7 @@ def swarm_record_validator(max_expiration: float, # seconds from now a record ma
     return SwarmRecordValidator()
 
 _OWNER_MARK = re.compile(rb"\[owner:.+?\]", re.S)  # hivemind's marker of an owned (RSA-signed) key or subkey
-_OWNED_SUBKEY = re.compile(rb"([A-Za-z0-9_.\-]{1,64})\[owner:.+\]", re.S)
+_OWNED_SUBKEY = re.compile(rb"([A-Za-z0-9_.\-]{1,%d})\[owner:.+\]" % MAX_WIRE_ID_CHARS, re.S)
 
 def _subkey_node(sub) -> str:
     "The node id an owned subkey names (something invalid, for `bad_node_id`, if it names none)."
@@ -846,7 +803,6 @@ def _subkey_node(sub) -> str:
 class HivemindTransport(Transport):
     "A pool in a hivemind DHT: key per experiment and round, owner-signed subkey per node, value the signed JSON bytes."
     name = "hivemind"
-    tofu = True
     def __init__(self, experiment: str, # experiment name, the key prefix
                  initial_peers: list|tuple=(), # multiaddrs of running nodes; empty: start alone
                  host_maddrs: list|tuple=_config_default("host_maddrs"), # where to listen (loopback for tests)
@@ -921,7 +877,8 @@ class HivemindTransport(Transport):
 def _key(self: HivemindTransport, round): return f"{self.experiment}/rollouts/round_{round}"
 
 @patch
-def subkey(self: HivemindTransport, node_id: str) -> bytes:
+def subkey(self: HivemindTransport, node_id: str, # a wire id (`own_id(alias)` for ours)
+          ) -> bytes:
     "Our subkey for `node_id`: the id, then this transport's owner marker (only we can write it)."
     return node_id.encode() + self._owner.local_public_key
 
@@ -980,12 +937,6 @@ def _rounds(self: HivemindTransport): return sorted(self._seen_rounds)
 def _remove(self: HivemindTransport, rounds, node_id, archive):
     self._seen_rounds -= set(rounds)
     return 0  # values expire by themselves
-
-@patch
-def _registry_read(self: HivemindTransport, node_id): return None  # no shared registry: trust on first use
-
-@patch
-def _registry_add(self: HivemindTransport, node_id, public_key): return public_key
 
 # %% ../nbs/08_transport.ipynb #a1e0c010
 @patch

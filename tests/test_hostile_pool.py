@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sapo_nb.identity import IdentityError, load_key, public_key_hex, sign_rollout
+from sapo_nb.identity import load_key, public_key_hex, sign_rollout, wire_id
 from sapo_nb.transport import (DROP_REASONS, REJECT_REASONS, FolderTransport, MemoryTransport, PoolLimits,
                                decode_rollout, encode_rollout, make_rollout, make_transport)
 
@@ -26,6 +26,16 @@ def keys(tmp_path_factory, monkeypatch):
 def groups(n=2, G=3, tag="q"):
     return [dict(task="basic_arithmetic", item=dict(component=0, seed=7, index=i), question=f"{tag}{i}: 2+{i}?",
                  completions=[f"{tag} {k}" for k in range(G)], truncated=[False] * G) for i in range(n)]
+
+
+def wid(alias, key_dir=None):
+    "The wire id of `alias` for its key in `key_dir` (the test's key folder by default): `<alias>.<fingerprint>`."
+    return wire_id(alias, public_key_hex(load_key(alias, key_dir)))
+
+
+def named(t, round, name):
+    "A path in round `round` named like a wire id, so that only what the thing *is* can stop it (not its name)."
+    return t.round_dir(round) / f"{name}.{'f' * 20}.json"
 
 
 def pool(tmp_path, **limits):
@@ -44,15 +54,15 @@ def in_thread(fn, timeout=5.0):
 
 def test_fifo_rollout_does_not_hang_the_reader(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups())
-    os.mkfifo(t.round_dir(0) / "evil.json")  # a plain open() would wait for a writer forever
+    os.mkfifo(named(t, 0, "evil"))  # a plain open() would wait for a writer forever
     done, got = in_thread(lambda: pool(tmp_path).collect(0))
     assert done, "collect blocked on a FIFO"
-    assert {g.node_id for g in got} == {"honest"}
+    assert {g.node_id for g in got} == {wid("honest")}
 
 
 def test_fifo_counted_as_not_regular(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups())
-    os.mkfifo(t.round_dir(0) / "evil.json")
+    os.mkfifo(named(t, 0, "evil"))
     r = pool(tmp_path); r.collect(0); r.collect(0)
     assert r.rejects == Counter(not_regular=1)
 
@@ -60,11 +70,10 @@ def test_fifo_counted_as_not_regular(tmp_path):
 def test_symlinked_rollout_is_never_followed(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups())
     outside = tmp_path / "outside"; outside.mkdir()
-    # a valid signed rollout of a registered node, kept outside the pool and linked in under its name
+    # a valid signed rollout, kept outside the pool and linked in under its sender's name
     (outside / "leak.json").write_bytes(t.encode(0, "leak", groups(tag="SECRET")))
-    t._register("leak", public_key_hex(load_key("leak")))
-    os.symlink(outside / "leak.json", t.round_dir(0) / "leak.json")
-    os.symlink("/etc/passwd", t.round_dir(0) / "passwd.json")
+    os.symlink(outside / "leak.json", t.round_dir(0) / f"{wid('leak')}.json")
+    os.symlink("/etc/passwd", named(t, 0, "passwd"))
     r = pool(tmp_path)
     got = r.collect(0)
     assert all("SECRET" not in g.question for g in got)
@@ -77,26 +86,26 @@ def test_file_swapped_for_fifo_after_listing_does_not_hang(tmp_path):
     class Swapper(FolderTransport):
         def _entries(self, round):
             rows = super()._entries(round)
-            p = self.round_dir(round) / "swapped.json"
+            p = self.round_dir(round) / f"{wid('swapped')}.json"
             p.unlink(); os.mkfifo(p)  # after the lstat said "regular file"
             return rows
 
     r = Swapper(tmp_path / "pool", "exp")
     done, got = in_thread(lambda: r.collect(0))
     assert done
-    assert {g.node_id for g in got} == {"honest"} and r.rejects == Counter(not_regular=1)
+    assert {g.node_id for g in got} == {wid("honest")} and r.rejects == Counter(not_regular=1)
 
 
 def test_folder_named_like_a_rollout(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups())
-    (t.round_dir(0) / "dir.json").mkdir()
+    named(t, 0, "dir").mkdir()
     r = pool(tmp_path); r.collect(0)
     assert r.rejects == Counter(not_regular=1)
 
 
 def test_device_file_is_not_opened(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups())
-    try: os.mknod(t.round_dir(0) / "dev.json", 0o644 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    try: os.mknod(named(t, 0, "dev"), 0o644 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
     except (PermissionError, OSError) as e: pytest.skip(f"cannot create a device node here ({e})")
     r = pool(tmp_path); r.collect(0)
     assert r.rejects == Counter(not_regular=1)
@@ -105,7 +114,7 @@ def test_device_file_is_not_opened(tmp_path):
 def test_symlinked_round_folder_is_skipped(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups())
     elsewhere = tmp_path / "elsewhere"; elsewhere.mkdir()
-    (elsewhere / "honest.json").write_bytes((t.round_dir(0) / "honest.json").read_bytes())
+    (elsewhere / f"{wid('honest')}.json").write_bytes((t.round_dir(0) / f"{wid('honest')}.json").read_bytes())
     os.symlink(elsewhere, t.round_dir(5))
     r = pool(tmp_path)
     assert r.collect(5) == []
@@ -116,10 +125,10 @@ def test_symlinked_round_folder_is_skipped(tmp_path):
 def test_cleanup_never_deletes_through_symlinked_round(tmp_path):
     t = pool(tmp_path)
     for r in range(2, 6): t.publish(r, "honest", groups())
-    victim = tmp_path / "victim"; victim.mkdir(); (victim / "honest.json").write_text("precious")
+    victim = tmp_path / "victim"; victim.mkdir(); (victim / f"{wid('honest')}.json").write_text("precious")
     os.symlink(victim, t.round_dir(1))
     t.cleanup(2, node_id="honest", current_round=5)
-    assert (victim / "honest.json").read_text() == "precious"
+    assert (victim / f"{wid('honest')}.json").read_text() == "precious"
 
 
 def test_cleanup_without_node_id_deletes_nothing(tmp_path):
@@ -127,7 +136,7 @@ def test_cleanup_without_node_id_deletes_nothing(tmp_path):
     for r in range(4):
         for n in ("a", "b"): t.publish(r, n, groups())
     assert t.cleanup(2) == 0
-    assert all((t.round_dir(r) / f"{n}.json").exists() for r in range(4) for n in ("a", "b"))
+    assert all((t.round_dir(r) / f"{wid(n)}.json").exists() for r in range(4) for n in ("a", "b"))
 
 
 def test_cleanup_removes_only_own_regular_files(tmp_path):
@@ -135,16 +144,18 @@ def test_cleanup_removes_only_own_regular_files(tmp_path):
     for r in range(4):
         for n in ("a", "b"): t.publish(r, n, groups())
     outside = tmp_path / "target.txt"; outside.write_text("keep me")
-    (t.round_dir(1) / "a.json").unlink(); os.symlink(outside, t.round_dir(1) / "a.json")  # our name, but a link
-    assert t.cleanup(2, node_id="a", current_round=3) == 1  # round 0's a.json only
-    assert outside.read_text() == "keep me" and os.path.islink(t.round_dir(1) / "a.json")
-    assert all((t.round_dir(r) / "b.json").exists() for r in range(4))
+    a, b = f"{wid('a')}.json", f"{wid('b')}.json"
+    (t.round_dir(1) / a).unlink(); os.symlink(outside, t.round_dir(1) / a)  # our name, but a link
+    (t.round_dir(0) / "a.json").write_text("a bare alias: an older version's file, or anyone's")
+    assert t.cleanup(2, node_id="a", current_round=3) == 1  # round 0's own file only
+    assert outside.read_text() == "keep me" and os.path.islink(t.round_dir(1) / a)
+    assert all((t.round_dir(r) / b).exists() for r in range(4)) and (t.round_dir(0) / "a.json").exists()
 
 
 def test_cleanup_spares_temp_files_of_a_node_whose_id_extends_ours(tmp_path):
-    t = pool(tmp_path); t.publish(0, "a", groups()); t.publish(0, "a.b", groups())
-    theirs = t.round_dir(0) / ".a.b~123-ffff.tmp"; theirs.write_text("half-written by a.b")
-    mine = t.round_dir(0) / ".a~123-ffff.tmp"; mine.write_text("ours, left by a crash")
+    t = pool(tmp_path); t.publish(0, "a", groups())
+    theirs = t.round_dir(0) / f".{wid('a')}.b~123-ffff.tmp"; theirs.write_text("half-written by an id extending ours")
+    mine = t.round_dir(0) / f".{wid('a')}~123-ffff.tmp"; mine.write_text("ours, left by a crash")
     t.cleanup(1, node_id="a", current_round=5)
     assert theirs.exists() and not mine.exists()
 
@@ -162,7 +173,7 @@ def test_publish_blocked_by_file_at_round_folder(tmp_path, caplog):
 @pytest.mark.parametrize("plant", ["folder", "fifo", "symlink"])
 def test_publish_blocked_by_thing_at_our_file(tmp_path, plant):
     t = pool(tmp_path); t.round_dir(2).mkdir()
-    target = t.round_dir(2) / "a.json"
+    target = t.round_dir(2) / f"{wid('a')}.json"
     outside = tmp_path / "outside.txt"; outside.write_text("not yours")
     {"folder": lambda: target.mkdir(), "fifo": lambda: os.mkfifo(target),
      "symlink": lambda: os.symlink(outside, target)}[plant]()
@@ -180,10 +191,12 @@ def test_publish_never_writes_through_symlinked_round_folder(tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
-def test_planted_keys_folder_blocks_publish_not_the_node(tmp_path):
+def test_planted_keys_folder_does_not_matter(tmp_path):
+    "There is no key registry in the pool any more: something planted where one was is never read or written."
     t = pool(tmp_path)
     (tmp_path / "pool/exp/keys").write_text("planted")
-    assert t.publish(0, "a", groups()) == 0 and t.unpublished["blocked_path"] == 1
+    assert t.publish(0, "a", groups()) > 0 and not t.unpublished
+    assert (tmp_path / "pool/exp/keys").read_text() == "planted"
 
 
 def test_key_folder_inside_pool_refused(tmp_path):
@@ -202,59 +215,41 @@ def test_symlinked_rollouts_folder_refused_at_start(tmp_path):
 
 def test_unsigned_rollout_rejected(tmp_path):
     t = pool(tmp_path); t.publish(0, "a", groups())
-    (t.round_dir(0) / "b.json").write_bytes(encode_rollout(make_rollout(0, "b", groups(), experiment="exp")))
+    (t.round_dir(0) / f"{wid('b')}.json").write_bytes(encode_rollout(make_rollout(0, wid("b"), groups(), experiment="exp")))
     r = pool(tmp_path); r.collect(0)
     assert r.rejects == Counter(bad_key=1)
 
 
 def test_tampered_rollout_bad_signature(tmp_path):
     t = pool(tmp_path); t.publish(0, "a", groups())
-    p = t.round_dir(0) / "a.json"
+    p = t.round_dir(0) / f"{wid('a')}.json"
     p.write_bytes(p.read_bytes().replace(b"q0: 2+0?", b"q0: 9+9?"))
     r = pool(tmp_path)
     assert r.collect(0) == [] and r.rejects == Counter(bad_signature=1)
 
 
-def test_spoofed_sender_without_registry_entry(tmp_path):
-    t = pool(tmp_path)
-    (t.round_dir(0)).mkdir()
-    (t.round_dir(0) / "ghost.json").write_bytes(t.encode(0, "ghost", groups()))  # signed, never registered
+def test_new_sender_needs_no_registration(tmp_path):
+    "A signed rollout of an id never seen before is read at once: its fingerprint is all it needs (no registry to sync)."
+    t = pool(tmp_path); t.publish(0, "ghost", groups())
     r = pool(tmp_path)
-    assert r.collect(0) == [] and r.rejects == Counter(unknown_key=1)
+    assert {g.node_id for g in r.collect(0)} == {wid("ghost")} and not r.rejects
 
 
-def test_impersonation_with_own_key_is_key_mismatch(tmp_path, keys):
+def test_impersonation_with_own_key_is_fingerprint_mismatch(tmp_path):
     alice = pool(tmp_path); alice.publish(0, "alice", groups(tag="alice"))
     mallory = FolderTransport(tmp_path / "pool", "exp", key_dir=tmp_path / "mallory-keys")
-    (alice.round_dir(1)).mkdir()
-    (alice.round_dir(1) / "alice.json").write_bytes(mallory.encode(1, "alice", groups(tag="forged")))
-    r = pool(tmp_path)
-    assert r.collect(1) == [] and r.rejects == Counter(key_mismatch=1)
-
-
-def test_registry_entry_replaced_after_first_sight(tmp_path):
-    alice = pool(tmp_path); alice.publish(0, "alice", groups())
-    r = pool(tmp_path); assert len(r.collect(0)) == 2  # binds alice -> her key
-    mallory = FolderTransport(tmp_path / "pool", "exp", key_dir=tmp_path / "mallory-keys")
-    reg = tmp_path / "pool/exp/keys/alice.pub"
-    reg.unlink(); reg.write_text(public_key_hex(load_key("alice", tmp_path / "mallory-keys")) + "\n")
+    obj = json.loads(mallory.encode(1, "alice", groups(tag="forged")))  # signed by her key ...
+    obj.pop("signature"); obj.pop("public_key"); obj["node_id"] = wid("alice")  # ... under alice's own full id
     alice.round_dir(1).mkdir()
-    (alice.round_dir(1) / "alice.json").write_bytes(mallory.encode(1, "alice", groups(tag="forged")))
-    assert r.collect(1) == [] and r.rejects == Counter(key_mismatch=1)
-
-
-def test_own_publish_refuses_when_registry_holds_another_key(tmp_path):
-    pool(tmp_path).publish(0, "alice", groups())
-    twin = FolderTransport(tmp_path / "pool", "exp", key_dir=tmp_path / "other-keys")
-    with pytest.raises(IdentityError, match="another key"):
-        twin.publish(1, "alice", groups())
-    assert not (twin.round_dir(1) / "alice.json").exists()
+    (alice.round_dir(1) / f"{wid('alice')}.json").write_bytes(encode_rollout(sign_rollout(obj, mallory._signing_key("alice"))))
+    r = pool(tmp_path)
+    assert r.collect(1) == [] and r.rejects == Counter(fingerprint_mismatch=1)
 
 
 def test_replay_into_another_round_is_round_mismatch(tmp_path):
     t = pool(tmp_path); t.publish(3, "a", groups())
     t.round_dir(5).mkdir()
-    (t.round_dir(5) / "a.json").write_bytes((t.round_dir(3) / "a.json").read_bytes())
+    (t.round_dir(5) / f"{wid('a')}.json").write_bytes((t.round_dir(3) / f"{wid('a')}.json").read_bytes())
     r = pool(tmp_path)
     assert r.collect(5) == [] and r.rejects == Counter(round_mismatch=1)
 
@@ -262,29 +257,28 @@ def test_replay_into_another_round_is_round_mismatch(tmp_path):
 def test_replay_into_another_experiment_is_experiment_mismatch(tmp_path):
     t = pool(tmp_path); t.publish(0, "a", groups())
     other = FolderTransport(tmp_path / "pool", "other")
-    other._register("a", public_key_hex(load_key("a")))
     other.round_dir(0).mkdir()
-    (other.round_dir(0) / "a.json").write_bytes((t.round_dir(0) / "a.json").read_bytes())
+    (other.round_dir(0) / f"{wid('a')}.json").write_bytes((t.round_dir(0) / f"{wid('a')}.json").read_bytes())
     r = FolderTransport(tmp_path / "pool", "other")
     assert r.collect(0) == [] and r.rejects == Counter(experiment_mismatch=1)
 
 
 def test_copy_under_another_name_is_node_mismatch(tmp_path):
     t = pool(tmp_path); t.publish(0, "a", groups())
-    (t.round_dir(0) / "b.json").write_bytes((t.round_dir(0) / "a.json").read_bytes())
+    (t.round_dir(0) / f"{wid('b')}.json").write_bytes((t.round_dir(0) / f"{wid('a')}.json").read_bytes())
     r = pool(tmp_path); r.collect(0)
     assert r.rejects == Counter(node_mismatch=1)
 
 
-def test_symlinked_registry_entry_is_not_trusted(tmp_path):
+def test_bare_alias_file_and_old_registry_are_not_read(tmp_path):
+    "A pool written before schema 4: `ghost.json` and `keys/ghost.pub` bind nothing; the file is `legacy_id`, unread."
     t = pool(tmp_path)
-    evil = tmp_path / "evil.pub"; evil.write_text(public_key_hex(load_key("ghost")) + "\n")
-    (tmp_path / "pool/exp/keys").mkdir()
-    os.symlink(evil, tmp_path / "pool/exp/keys/ghost.pub")
+    (tmp_path / "pool/exp/keys").mkdir(); (tmp_path / "pool/exp/keys/ghost.pub").write_text(public_key_hex(load_key("ghost")) + "\n")
     t.round_dir(0).mkdir()
-    (t.round_dir(0) / "ghost.json").write_bytes(t.encode(0, "ghost", groups()))
+    old = json.loads(t.encode(0, "ghost", groups())); old.pop("signature"); old.pop("public_key")
+    (t.round_dir(0) / "ghost.json").write_bytes(encode_rollout(sign_rollout(dict(old, schema=3, node_id="ghost"), load_key("ghost"))))
     r = pool(tmp_path)
-    assert r.collect(0) == [] and r.rejects == Counter(unknown_key=1)
+    assert r.collect(0) == [] and r.rejects == Counter(legacy_id=1)
 
 
 def test_key_file_created_private_in_key_dir(tmp_path, keys):
@@ -297,11 +291,11 @@ def test_key_file_created_private_in_key_dir(tmp_path, keys):
 def test_memory_transport_signs_and_checks_too():
     store = {}
     a = MemoryTransport(store); a.publish(0, "a", groups())
-    obj = json.loads(store[0]["a"])
-    assert len(obj["signature"]) == 128 and obj["public_key"] == store["keys"]["a"]
-    store[0]["b"] = encode_rollout(make_rollout(0, "b", groups()))  # unsigned
+    obj = json.loads(store[0][wid("a")])
+    assert len(obj["signature"]) == 128 and obj["public_key"] == public_key_hex(load_key("a")) and "keys" not in store
+    store[0][wid("b")] = encode_rollout(make_rollout(0, wid("b"), groups()))  # unsigned
     r = MemoryTransport(store)
-    assert {g.node_id for g in r.collect(0)} == {"a"} and r.rejects == Counter(bad_key=1)
+    assert {g.node_id for g in r.collect(0)} == {wid("a")} and r.rejects == Counter(bad_key=1)
 
 # ------------------------------------------------------------------ the wire carries no answer
 
@@ -309,26 +303,25 @@ def test_memory_transport_signs_and_checks_too():
 def test_answer_metadata_rewards_never_sent(tmp_path):
     t = pool(tmp_path)
     t.publish(0, "a", [dict(g, answer="42", metadata={"x": 1}, rewards=[1.0, 0.0, 0.0]) for g in groups()])
-    wire = json.loads((t.round_dir(0) / "a.json").read_bytes())
+    wire = json.loads((t.round_dir(0) / f"{wid('a')}.json").read_bytes())
     assert all(set(g) == {"task", "item", "question", "completions", "truncated"} for g in wire["groups"])
 
 
 def test_answer_on_the_wire_is_rejected(tmp_path):
     t = pool(tmp_path); t.publish(0, "a", groups())
-    obj = make_rollout(0, "b", groups(), experiment="exp", swarm=t.swarm)
+    obj = make_rollout(0, wid("b"), groups(), experiment="exp", swarm=t.swarm)
     obj["groups"][0]["answer"] = "42"
-    t._register("b", public_key_hex(load_key("b")))
-    (t.round_dir(0) / "b.json").write_bytes(encode_rollout(sign_rollout(obj, load_key("b"))))
+    (t.round_dir(0) / f"{wid('b')}.json").write_bytes(encode_rollout(sign_rollout(obj, load_key("b"))))
     r = pool(tmp_path)
     got = r.collect(0)
     assert all(not hasattr(g, "answer") for g in got) and r.rejects == Counter(unexpected_field=1)
-    assert [g.index for g in got if g.node_id == "b"] == [1]
+    assert [g.index for g in got if g.node_id == wid("b")] == [1]
 
 
 def signed_with(change, **limits):
-    obj = make_rollout(0, "a", groups(2), experiment="exp", created_at=1.0)
+    obj = make_rollout(0, wid("a"), groups(2), experiment="exp", created_at=1.0)
     change(obj)
-    return decode_rollout(encode_rollout(sign_rollout(obj, load_key("a"))), 0, PoolLimits(**limits), "a", "exp")
+    return decode_rollout(encode_rollout(sign_rollout(obj, load_key("a"))), 0, PoolLimits(**limits), wid("a"), "exp")
 
 
 @pytest.mark.parametrize("reason,change,limits", [
@@ -370,7 +363,7 @@ def test_flood_cannot_crowd_out_by_name_or_time(tmp_path):
 
 def test_round_caps_bound_files_bytes_groups(tmp_path):
     t = pool(tmp_path); flood(t, 30, ngroups=4)
-    size = (t.round_dir(0) / "sybil0000.json").stat().st_size
+    size = (t.round_dir(0) / f"{wid('sybil0000')}.json").stat().st_size
     r = pool(tmp_path, max_bytes_per_round=5 * size + 50)
     got = r.collect(0)
     assert len({g.node_id for g in got}) == 5 and r.dropped["over_bytes"] == 25

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sapo_nb.core import safe_text
-from sapo_nb.identity import load_key, sign_rollout
+from sapo_nb.identity import alias_of, load_key, public_key_hex, sign_rollout, wire_id
 from sapo_nb.transport import FolderTransport, MemoryTransport, PoolLimits, encode_rollout, make_rollout
 
 try:
@@ -47,10 +47,10 @@ def test_oversized_G_is_too_many_completions():
     MemoryTransport(store).publish(0, "huge", groups("h", n=1, G=300))  # over the hard cap, whatever G says
     MemoryTransport(store).publish(0, "fits", groups("f", n=1, G=4))
     small_g = MemoryTransport(store, limits=PoolLimits(completions_per_question=4))
-    assert [g.node_id for g in small_g.collect(0)] == ["fits"]
+    assert [alias_of(g.node_id) for g in small_g.collect(0)] == ["fits"]
     assert small_g.rejects == Counter(too_many_completions=2)
     big_g = MemoryTransport(store, limits=PoolLimits(completions_per_question=1000))  # a G past the hard cap
-    assert sorted(g.node_id for g in big_g.collect(0)) == ["fits", "wide"]
+    assert sorted(alias_of(g.node_id) for g in big_g.collect(0)) == ["fits", "wide"]
     assert big_g.rejects == Counter(too_many_completions=1)
 
 
@@ -62,10 +62,10 @@ def test_sybil_flood_leaves_known_peers_their_fair_share(tmp_path):
     me = MemoryTransport(store, limits=lim)
     for r in (0, 1):
         for h in honest: MemoryTransport(store).publish(r, h, groups(f"{h}r{r}"))
-    assert sorted({g.node_id for g in me.collect(0)}) == honest  # round 0: the swarm before the flood
+    assert sorted({alias_of(g.node_id) for g in me.collect(0)}) == honest  # round 0: the swarm before the flood
     sybil = MemoryTransport(store, key_dir=tmp_path)  # one attacker, 200 identities, each publishing 10 groups
     for i in range(200): sybil.publish(1, f"s{i:03d}", groups(f"s{i}", n=10))
-    got = Counter(g.node_id for g in me.collect(1))
+    got = Counter(alias_of(g.node_id) for g in me.collect(1))
     assert all(got[h] == 2 for h in honest)  # every honest peer is read, with all its groups
     assert sum(got.values()) <= 40 and max(got.values()) <= 40 // 20  # nobody takes more than a fair share
     assert me.dropped["over_files"] == 200 + 3 - 20 and me.dropped["over_groups"] == 17
@@ -78,11 +78,10 @@ def test_replay_into_another_pool_is_swarm_mismatch(tmp_path):
     FolderTransport(a_root, "sapo").publish(0, "alice", groups("alice"))
     b = FolderTransport(b_root, "sapo")  # the same (default) experiment name, another pool
     b.publish(0, "bob", groups("bob"))
-    shutil.copy(a_root / "sapo/rollouts/round_0/alice.json", b_root / "sapo/rollouts/round_0/alice.json")
-    if (a_root / "sapo/keys/alice.pub").exists():  # what a registry holds is public: copy it too
-        shutil.copy(a_root / "sapo/keys/alice.pub", b_root / "sapo/keys/alice.pub")
+    alice = f"{wire_id('alice', public_key_hex(load_key('alice')))}.json"
+    shutil.copy(a_root / "sapo/rollouts/round_0" / alice, b_root / "sapo/rollouts/round_0" / alice)
     reader = FolderTransport(b_root, "sapo")
-    assert {g.node_id for g in reader.collect(0)} == {"bob"}
+    assert {alias_of(g.node_id) for g in reader.collect(0)} == {"bob"}
     assert reader.rejects == Counter(swarm_mismatch=1)
 
 
@@ -94,7 +93,7 @@ def test_peer_name_with_quotes_and_control_characters_is_logged_escaped(tmp_path
     name = "x\"; $(touch pwned); echo '\x1b[2Jé\u202e" + "y" * 200
     (tmp_path / "exp/rollouts/round_0" / f"{name}.json").write_bytes(b"{}")
     with caplog.at_level(logging.WARNING, logger="sapo_nb.transport"):
-        assert {g.node_id for g in t.collect(0, exclude="me")} == {"honest"}
+        assert {alias_of(g.node_id) for g in t.collect(0, exclude="me")} == {"honest"}
     assert t.rejects == Counter(bad_node_id=1)
     (msg,) = [r.getMessage() for r in caplog.records if "bad_node_id" in r.getMessage()]
     assert safe_text(name) in msg and "chars" in msg  # escaped, and capped
@@ -148,8 +147,8 @@ def test_dht_subkey_flood_is_capped_per_owner(dht):
         assert sum(len(v) for s, v in held(t, 12).items() if owner in s) <= CAP + 4096
     bob.publish(11, "bob", groups("bob"))  # an honest node still gets in
     deadline = time.time() + 15
-    while "bob" not in {g.node_id for g in alice.collect(11)} and time.time() < deadline: time.sleep(0.2)
-    assert {g.node_id for g in alice.collect(11)} == {"bob"}
+    while "bob" not in {alias_of(g.node_id) for g in alice.collect(11)} and time.time() < deadline: time.sleep(0.2)
+    assert {alias_of(g.node_id) for g in alice.collect(11)} == {"bob"}
 
 
 def test_dht_replay_from_another_swarm_is_swarm_mismatch(dht):
@@ -159,9 +158,9 @@ def test_dht_replay_from_another_swarm_is_swarm_mismatch(dht):
     other = HivemindTransport("hm-bounds", **LOOPBACK)  # another swarm with the same experiment name
     try:
         assert other.swarm != alice.swarm
-        payload = other.encode(13, "olga", groups("olga"))
+        payload, olga = other.encode(13, "olga", groups("olga")), other.own_id("olga")
     finally: other.close()
-    mallory._run(mallory._node.store(mallory._key(13), payload, mallory._now() + 60, subkey=mallory.subkey("olga")))
+    mallory._run(mallory._node.store(mallory._key(13), payload, mallory._now() + 60, subkey=mallory.subkey(olga)))
     deadline = time.time() + 15
     while not alice.rejects["swarm_mismatch"] and time.time() < deadline:
         assert alice.collect(13) == []

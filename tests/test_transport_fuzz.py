@@ -2,30 +2,33 @@
 
 Two properties, checked on `decode_rollout` directly and through the folder and memory transports:
   * no exception escapes, whatever arrives;
-  * nothing invalid gets through: every group returned satisfies the wire schema (schema 2), checked here by an
+  * nothing invalid gets through: every group returned satisfies the wire schema (schema 4), checked here by an
     independent re-statement of the rules (not by calling the code under test), and comes from a rollout whose
-    signature is valid for the key bound to its sender.
+    signature is valid for the key whose fingerprint its sender's id carries.
 Plus the converse on well-formed input: a valid signed rollout loses nothing.
 
 Near-valid rollouts are signed *after* they are mutated (when they can be encoded at all), so the fuzz reaches
 the group checks instead of stopping at the signature.
 """
-import json, math, os, re, tempfile
+import hashlib, json, math, os, re, tempfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sapo_nb.core import Group
-from sapo_nb.identity import canonical_json, load_key, public_key_hex, sign_rollout
+from sapo_nb.identity import canonical_json, load_key, public_key_hex, sign_rollout, wire_id
 from sapo_nb.transport import (SCHEMA_VERSION, FolderTransport, MemoryTransport, PoolLimits, REJECT_REASONS, decode_rollout,
                                encode_rollout, make_rollout)
 
 LIMITS = PoolLimits(max_completion_chars=40, max_question_chars=30, max_groups_per_file=5, max_file_bytes=6000)
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+WIRE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.[0-9a-f]{20}")  # alias . fingerprint
 KEYS = tempfile.mkdtemp()
 KEY = load_key("node-1", KEYS)
 PUB = public_key_hex(KEY)
+NODE1 = "node-1." + hashlib.sha256(bytes.fromhex(PUB)).hexdigest()[:20]  # stated independently of identity.wire_id
+assert NODE1 == wire_id("node-1", PUB)
 
 # ---------------------------------------------------------------- independent statement of what is valid
 
@@ -44,7 +47,7 @@ def assert_valid(groups, expected_round, limits=LIMITS, expected_node=None, decl
         assert type(cs) is list and type(tr) is list and len(cs) == len(tr) >= 1
         assert all(type(c) is str and 0 < len(c) <= limits.max_completion_chars for c in cs)
         assert all(type(t) is bool for t in tr)
-        assert type(g.node_id) is str and NODE_RE.fullmatch(g.node_id) and ".." not in g.node_id
+        assert type(g.node_id) is str and WIRE_RE.fullmatch(g.node_id) and ".." not in g.node_id
         if expected_node is not None: assert g.node_id == expected_node
         if expected_round is not None: assert g.round == expected_round
         assert type(g.model) is str and type(g.index) is int
@@ -53,16 +56,14 @@ def assert_valid(groups, expected_round, limits=LIMITS, expected_node=None, decl
     if declared_G is not None and groups: assert Gs == {declared_G}
 
 
-def bound_to_our_key(node, pub): return None if (node, pub) == ("node-1", PUB) else "unknown_key"
-
-
 def check_decode(data, expected_round=3, expected_node=None):
-    groups, reasons = decode_rollout(data, expected_round, LIMITS, expected_node, "fz", bound_to_our_key)  # must not raise
+    groups, reasons = decode_rollout(data, expected_round, LIMITS, expected_node, "fz")  # must not raise
     assert all(r in REJECT_REASONS for r in reasons)
     if groups:
         assert len(data) <= LIMITS.max_file_bytes
         obj = json.loads(data)
         assert obj["schema"] == SCHEMA_VERSION and obj["experiment"] == "fz" and obj["public_key"] == PUB
+        assert obj["node_id"].endswith("." + NODE1[-20:])  # the only key that signs here: only ids with its fingerprint
         KEY.public_key().verify(bytes.fromhex(obj["signature"]), canonical_json({k: v for k, v in obj.items() if k != "signature"}))
         assert_valid(groups, expected_round, expected_node=expected_node, declared_G=obj["G"])
     return groups, reasons
@@ -74,7 +75,8 @@ json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
 any_json = st.recursive(json_scalars, lambda kids: st.one_of(st.lists(kids, max_size=5),
                                                                st.dictionaries(st.text(max_size=10), kids, max_size=5)),
                         max_leaves=25)
-node_ids = st.one_of(st.sampled_from(["a", "node-1", "x.y", "../etc", "a/b", ".h", "a..b", "", "é"]), st.text(max_size=12))
+node_ids = st.one_of(st.sampled_from(["a", "node-1", "x.y", "../etc", "a/b", ".h", "a..b", "", "é", NODE1, NODE1.upper(),
+                                     "node-1." + "0" * 20, "other." + NODE1[-20:], NODE1 + "\n"]), st.text(max_size=12))
 texts = st.one_of(st.text(min_size=1, max_size=50), st.just(""), any_json)
 
 
@@ -113,11 +115,11 @@ def near_valid_rollouts(draw):
         return st.tuples(g, maybe(st.just({}), extra, 0.1)).map(lambda t: {**t[0], **t[1]})
 
     obj = {
-        "schema": draw(maybe(st.just(SCHEMA_VERSION), st.sampled_from([0, 1, 2, "3", True, 3.0, None]))),
+        "schema": draw(maybe(st.just(SCHEMA_VERSION), st.sampled_from([0, 1, 2, 3, "4", True, 4.0, None]))),
         "swarm": "",
         "experiment": draw(maybe(st.just("fz"), st.one_of(node_ids, any_json))),
         "round": draw(maybe(st.just(3), st.one_of(st.integers(-1, 5), any_json))),
-        "node_id": draw(maybe(st.just("node-1"), node_ids)),
+        "node_id": draw(maybe(st.just(NODE1), st.one_of(node_ids, st.just(f"node-1.{'0' * 20}")), 0.1)),  # a wrong fingerprint
         "model": draw(maybe(st.text(max_size=10))),
         "created_at": draw(maybe(st.floats(0, 2e9), json_scalars)),
         "G": G,
@@ -138,7 +140,7 @@ def valid_rollouts(draw):
         "question": st.text(min_size=1, max_size=30),
         "completions": st.lists(st.text(min_size=1, max_size=40), min_size=G, max_size=G),
         "truncated": st.lists(st.booleans(), min_size=G, max_size=G)}), max_size=5))
-    return sign_rollout(make_rollout(3, "node-1", groups, G=G, model=draw(st.text(max_size=8)), created_at=1.5, experiment="fz"), KEY)
+    return sign_rollout(make_rollout(3, NODE1, groups, G=G, model=draw(st.text(max_size=8)), created_at=1.5, experiment="fz"), KEY)
 
 
 def dumps(obj):
@@ -155,7 +157,7 @@ def test_random_json_never_raises_never_leaks(obj):
 
 
 @SETTINGS
-@given(near_valid_rollouts(), st.sampled_from([None, "node-1", "other"]))
+@given(near_valid_rollouts(), st.sampled_from([None, NODE1, "node-1", "other"]))
 def test_near_valid_rollouts(obj, expected_node):
     check_decode(dumps(obj), expected_node=expected_node)
 
@@ -178,7 +180,7 @@ def test_truncated_files(obj, cut):
 @given(valid_rollouts())
 def test_valid_rollouts_lose_nothing(obj):
     data = encode_rollout(obj)
-    groups, reasons = check_decode(data, expected_node="node-1")
+    groups, reasons = check_decode(data, expected_node=NODE1)
     if len(data) > LIMITS.max_file_bytes:
         assert reasons == ["too_large"]; return
     assert reasons == []
@@ -193,17 +195,17 @@ def test_near_valid_strategy_reaches_both_outcomes():
     @given(near_valid_rollouts())
     def probe(obj):
         nonlocal seen_ok
-        gs, why = decode_rollout(dumps(obj), 3, LIMITS, "node-1", "fz", bound_to_our_key)
+        gs, why = decode_rollout(dumps(obj), 3, LIMITS, None, "fz")  # no expected name: a wrong fingerprint gets to its check
         seen_ok += len(gs); reasons.update(why)
 
     probe()
     assert seen_ok > 0
     assert len(reasons) >= 12, reasons
-    assert {"bad_signature", "bad_item", "bad_task", "bad_truncated"} <= reasons, reasons
+    assert {"bad_signature", "bad_item", "bad_task", "bad_truncated", "fingerprint_mismatch"} <= reasons, reasons
 
 # ---------------------------------------------------------------- through the transports
 
-file_names = st.one_of(st.sampled_from(["a.json", "node-1.json", ".tmp1.tmp", "x.json.tmp", "..evil.json", "b c.json",
+file_names = st.one_of(st.sampled_from(["a.json", "node-1.json", f"{NODE1}.json", f"node-1.{'0' * 20}.json", ".tmp1.tmp", "x.json.tmp", "..evil.json", "b c.json",
                                         "z.json"]), st.from_regex(r"[A-Za-z0-9_.\- ]{1,12}(\.json)?", fullmatch=True))
 payloads = st.one_of(st.binary(max_size=200), any_json.map(dumps), near_valid_rollouts().map(dumps),
                      valid_rollouts().map(encode_rollout))
@@ -214,7 +216,6 @@ payloads = st.one_of(st.binary(max_size=200), any_json.map(dumps), near_valid_ro
 def test_folder_reader(files):
     with tempfile.TemporaryDirectory() as root:
         t = FolderTransport(root, "fz", limits=LIMITS, key_dir=KEYS)
-        (Path(root) / "fz/keys").mkdir(); (Path(root) / "fz/keys/node-1.pub").write_text(PUB + "\n")
         d = t.round_dir(3); d.mkdir()
         for name, data in files.items():
             try: (d / name).write_bytes(data)
@@ -222,18 +223,18 @@ def test_folder_reader(files):
         for _ in range(2):  # the second poll is served from the cache
             got = t.collect(3, exclude="a")
             for node in {g.node_id for g in got}:
-                assert node == "node-1" and (d / f"{node}.json").exists()  # the only registered sender
+                assert node == NODE1 and (d / f"{node}.json").exists()  # the only key that signs
                 assert_valid([g for g in got if g.node_id == node], 3, expected_node=node)
             assert all(g.node_id != "a" for g in got)
         assert set(t.rejects) <= set(REJECT_REASONS)
-        assert set(t.peers()) <= {"node-1"}
+        assert set(t.peers()) <= {NODE1}
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(node_ids, st.one_of(payloads, any_json), max_size=6))
 def test_memory_reader(entries):
-    t = MemoryTransport({3: dict(entries), "keys": {"node-1": PUB}}, limits=LIMITS, experiment="fz", key_dir=KEYS)
+    t = MemoryTransport({3: dict(entries)}, limits=LIMITS, experiment="fz", key_dir=KEYS)
     got = t.collect(3)
     for node in {g.node_id for g in got}:
-        assert node == "node-1" and isinstance(entries[node], bytes)
+        assert node == NODE1 and isinstance(entries[node], bytes)
         assert_valid([g for g in got if g.node_id == node], 3, expected_node=node)

@@ -1,0 +1,170 @@
+"""Identity without squatting: a node's id on the wire is `<alias>.<fingerprint of its key>`, recomputed by every
+receiver from the signed public key, so nobody can claim a name first and nobody can speak under another's id.
+
+Each test fails on the first-come registry this replaced (keys/<alias>.pub on a folder, the first key seen on the
+DHT): there a key published under an alias before its owner started locked the owner out. The DHT tests run real
+hivemind nodes on loopback and are skipped, with the reason, where hivemind is not importable.
+"""
+import json, os, tempfile, time
+from collections import Counter
+
+import pytest
+
+from sapo_nb.identity import alias_of, load_key, public_key_hex, sign_rollout, wire_id
+from sapo_nb.transport import FolderTransport, MemoryTransport, decode_rollout, encode_rollout
+
+try:
+    import hivemind.dht.node  # noqa: F401
+    _NO_HIVEMIND = None
+except Exception as e:  # ImportError, or a broken install
+    _NO_HIVEMIND = f"hivemind is not importable ({type(e).__name__}: {e}); install it with pip install 'sapo_nb[hivemind]'"
+
+LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False, timeout=30)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def honest_keys():
+    "The honest nodes' keys live in a temp folder (never the user's real one); mallory always has her own."
+    old, d = os.environ.get("SAPO_KEY_DIR"), tempfile.mkdtemp()
+    os.environ["SAPO_KEY_DIR"] = d
+    yield d
+    if old is None: os.environ.pop("SAPO_KEY_DIR", None)
+    else: os.environ["SAPO_KEY_DIR"] = old
+
+
+def groups(tag, n=2, G=2):
+    return [dict(task="basic_arithmetic", item=dict(component=0, seed=1, index=i), question=f"{tag} q{i}",
+                 completions=[f"{tag} {k}" for k in range(G)], truncated=[False] * G) for i in range(n)]
+
+
+def by_sender(got):
+    "{node id: sorted questions} of collected groups."
+    out = {}
+    for g in got: out.setdefault(g.node_id, []).append(g.question)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def forged_as(victim_id, attacker, alias, round, tag="forged"):
+    "A rollout under `victim_id`, validly signed by `attacker`'s key for `alias` (the signature checks; the id lies)."
+    obj = json.loads(attacker.encode(round, alias, groups(tag)))
+    obj.pop("signature"); obj.pop("public_key")
+    return encode_rollout(sign_rollout(dict(obj, node_id=victim_id), attacker._signing_key(alias)))
+
+# ------------------------------------------------------------------ the shared folder
+
+
+def test_squatted_alias_does_not_lock_out_owner_on_folder(tmp_path):
+    "mallory publishes as `alice` before Alice ever starts; a receiver reads her first. Alice still publishes and is read."
+    root = tmp_path / "pool"
+    mallory = FolderTransport(root, "exp", key_dir=tmp_path / "mallory-keys")
+    assert mallory.publish(0, "alice", groups("squat")) > 0
+    early = FolderTransport(root, "exp")  # a receiver running since before Alice started
+    assert list(by_sender(early.collect(0, exclude="bob")).values()) == [["squat q0", "squat q1"]]
+    alice = FolderTransport(root, "exp")
+    assert alice.publish(0, "alice", groups("alice")) > 0  # the registry raised IdentityError here
+    assert alice.publish(1, "alice", groups("alice1")) > 0
+    me, her = alice.own_id("alice"), mallory.own_id("alice")
+    assert me != her and alias_of(me) == alias_of(her) == "alice"
+    for r in (early, FolderTransport(root, "exp")):  # the receiver that saw the squatter first, and a fresh one
+        assert by_sender(r.collect(0, exclude="bob")) == {me: ["alice q0", "alice q1"], her: ["squat q0", "squat q1"]}
+        assert by_sender(r.collect(1, exclude="bob")) == {me: ["alice1 q0", "alice1 q1"]}
+        assert not r.rejects
+    assert sorted(p.name for p in alice.round_dir(0).iterdir()) == sorted([f"{me}.json", f"{her}.json"])
+    assert not (root / "exp" / "keys").exists()  # nothing to claim: no registry
+
+
+def test_forged_full_id_is_fingerprint_mismatch(tmp_path):
+    "An entry under Alice's full id, signed by mallory's key: a valid signature, a fingerprint that is not the signer's."
+    root = tmp_path / "pool"
+    alice = FolderTransport(root, "exp"); alice.publish(0, "alice", groups("alice"))
+    mallory = FolderTransport(root, "exp", key_dir=tmp_path / "mallory-keys")
+    me = alice.own_id("alice")
+    alice.round_dir(1).mkdir()
+    (alice.round_dir(1) / f"{me}.json").write_bytes(forged_as(me, mallory, "alice", 1))
+    r = FolderTransport(root, "exp")
+    assert r.collect(1) == [] and r.rejects == Counter(fingerprint_mismatch=1)
+    assert by_sender(r.collect(0)) == {me: ["alice q0", "alice q1"]}  # the real one is unaffected
+    # the same bytes through the validator alone, and the same on the memory pool
+    data = (alice.round_dir(1) / f"{me}.json").read_bytes()
+    assert decode_rollout(data, 1, expected_node=me, expected_experiment="exp") == ([], ["fingerprint_mismatch"])
+    store = {}
+    MemoryTransport(store).publish(0, "alice", groups("alice"))
+    store[1] = {me: forged_as(me, MemoryTransport(store, key_dir=tmp_path / "mallory-keys"), "alice", 1)}
+    m = MemoryTransport(store)
+    assert m.collect(1) == [] and m.rejects == Counter(fingerprint_mismatch=1)
+    # a fingerprint of the right form that matches no key in the rollout (Alice's alias, a made-up fingerprint)
+    made_up = f"alice.{'0' * 20}"
+    assert decode_rollout(forged_as(made_up, mallory, "alice", 1), 1) == ([], ["fingerprint_mismatch"])
+
+
+def test_owner_excludes_only_its_own_groups(tmp_path):
+    "collect(exclude=alias) leaves out our own full id, not another key calling itself by our alias; a restart too."
+    root = tmp_path / "pool"
+    alice = FolderTransport(root, "exp")
+    mallory = FolderTransport(root, "exp", key_dir=tmp_path / "mallory-keys")
+    alice.publish(0, "alice", groups("alice")); mallory.publish(0, "alice", groups("squat"))
+    her = mallory.own_id("alice")
+    assert by_sender(alice.collect(0, exclude="alice")) == {her: ["squat q0", "squat q1"]}
+    assert by_sender(alice.collect_recent(0, exclude="alice")) == {her: ["squat q0", "squat q1"]}
+    assert by_sender(alice.collect(0, exclude=alice.own_id("alice"))) == {her: ["squat q0", "squat q1"]}  # a full id too
+    restarted = FolderTransport(root, "exp")  # same key folder, has not published yet
+    assert by_sender(restarted.collect(0, exclude="alice")) == {her: ["squat q0", "squat q1"]}
+    assert sorted(restarted.peers()) == [her]  # ours is not a peer we read; it is ours once we publish
+    assert sorted(alice.peers()) == sorted([alice.own_id("alice"), her])
+    store = {}
+    a, m = MemoryTransport(store), MemoryTransport(store, key_dir=tmp_path / "mallory-keys")
+    a.publish(0, "alice", groups("alice")); m.publish(0, "alice", groups("squat"))
+    assert by_sender(a.collect(0, exclude="alice")) == {her: ["squat q0", "squat q1"]}
+
+# ------------------------------------------------------------------ the hivemind DHT
+
+
+def poll(t, rnd, until, exclude="bob", timeout=15.0):
+    "Collect round `rnd` until `until(groups)` holds (DHT stores are acknowledged, but allow for propagation)."
+    deadline = time.time() + timeout
+    while True:
+        got = t.collect(rnd, exclude=exclude)
+        if until(got) or time.time() > deadline: return got
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def dht(tmp_path_factory):
+    if _NO_HIVEMIND: pytest.skip(_NO_HIVEMIND)
+    from sapo_nb.transport import HivemindTransport
+    bob = HivemindTransport("hm-squat", **LOOPBACK)  # an honest receiver, up from the start
+    mallory = HivemindTransport("hm-squat", initial_peers=bob.maddrs, key_dir=tmp_path_factory.mktemp("mallory"), **LOOPBACK)
+    yield dict(bob=bob, mallory=mallory, make=lambda: HivemindTransport("hm-squat", initial_peers=bob.maddrs, **LOOPBACK))
+    for t in (mallory, bob): t.close()
+
+
+def test_squatted_alias_does_not_lock_out_owner_on_dht(dht):
+    "On the DHT the first key seen for an unseen id used to win: bob, having read mallory's `alice`, refused Alice."
+    bob, mallory = dht["bob"], dht["mallory"]
+    mallory.publish(0, "alice", groups("squat"))
+    assert {g.question for g in poll(bob, 0, lambda got: len(got) >= 2)} == {"squat q0", "squat q1"}  # seen first
+    alice = dht["make"]()  # Alice starts only now
+    try:
+        assert alice.publish(0, "alice", groups("alice")) > 0
+        me, her = alice.own_id("alice"), mallory.own_id("alice")
+        got = poll(bob, 0, lambda got: me in {g.node_id for g in got})
+        assert by_sender(got) == {me: ["alice q0", "alice q1"], her: ["squat q0", "squat q1"]}
+        assert not bob.rejects
+        mine = poll(alice, 0, lambda got: her in {g.node_id for g in got}, exclude="alice")
+        assert by_sender(mine) == {her: ["squat q0", "squat q1"]}  # her own groups left out, the squatter's not
+    finally: alice.close()
+
+
+def test_forged_full_id_on_dht_is_fingerprint_mismatch(dht):
+    "mallory's own (owned) subkey, named with Alice's full id, her own signature: refused with the named reason."
+    bob, mallory = dht["bob"], dht["mallory"]
+    alice = dht["make"]()
+    try:
+        me = alice.own_id("alice")
+        alice.publish(5, "alice", groups("alice5"))
+        forged = forged_as(me, mallory, "alice", 5)
+        assert mallory._run(mallory._node.store(mallory._key(5), forged, mallory._now() + 60, subkey=mallory.subkey(me)))
+        got = poll(bob, 5, lambda got: me in {g.node_id for g in got} and bob.rejects["fingerprint_mismatch"])
+        assert by_sender(got) == {me: ["alice5 q0", "alice5 q1"]}
+        assert bob.rejects["fingerprint_mismatch"] == 1
+    finally: alice.close()
