@@ -645,7 +645,8 @@ def plan_verdict(
     mixed_commits:bool=False, # see `paired_by_seed`
 ) -> dict: # look, pairs, boundary, verdict, sentence, and `compare_by_seed`'s result at that look
     "The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed."
-    have = set(paired_by_seed(df, metric, a, b, summary, mixed_commits).seed)
+    both = len(df) and {a, b} <= set(df.config)  # a plan's first runs hold one configuration only
+    have = set(paired_by_seed(df, metric, a, b, summary, mixed_commits).seed) if both else set()
     done = [(k, n, p) for k, (n, p) in enumerate(looks) if set(range(n)) <= have]
     if not done:
         return dict(look=None, pairs=len(have), boundary=math.nan, verdict="not yet",
