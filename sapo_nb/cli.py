@@ -68,7 +68,7 @@ def _positive(text:str) -> int:
     return n
 
 def _folder_args(parser):
-    parser.add_argument("--root", default=None, help="pool root (default: SAPO_ROOT or sapo_runs)")
+    parser.add_argument("--root", default=None, help="run folder (default: SAPO_ROOT or sapo_runs)")
     parser.add_argument("--experiment", default=None, help="experiment name (default: SAPO_EXPERIMENT or sapo)")
     return parser
 

@@ -57,9 +57,10 @@ def _f(default, doc:str):
 class SAPOConfig:
     "Every knob of a SAPO node. Defaults are the paper's values (arXiv 2509.08721) unless said otherwise."
     # --- the run: what and where
-    experiment: str = _f("sapo", "experiment name: the folder `<root>/<experiment>/` holds pool, logs and checkpoints")
+    experiment: str = _f("sapo", "experiment name: the folder `<root>/<experiment>/` holds the node's logs and checkpoints (and the pool, unless `pool_root` is set)")
     node_id: str = _f("node-0", "this node's name in the swarm: letters, digits, `_ . -`, at most 64 characters")
-    root: str = _f("sapo_runs", "pool root: a local folder, a Google Drive mount or an NFS share")
+    root: str = _f("sapo_runs", "run folder: the node's own logs, metrics, checkpoints and lease; keep it where only you can write")
+    pool_root: str = _f("", "folder transport: the shared folder holding the pool (`<pool_root>/<experiment>/rollouts`), e.g. a Google Drive or NFS share; empty: the pool sits under `root` (one machine, one user)")
     model: str = _f("smollm2-135m", "policy: 'smollm2-135m' (embedded), 'tiny' (tests), a hub id or a local folder. Paper: Qwen2.5-0.5B")
     seed: int = _f(0, "seed for questions, sampling and selection")
     rounds: int = _f(2000, "training rounds to run")
@@ -212,6 +213,7 @@ def validate(self:SAPOConfig):
             _fail(name, getattr(self, name), "multiaddr strings, e.g. /ip4/203.0.113.7/tcp/31337")
     if not self.host_maddrs and not self.client_mode: _fail("host_maddrs", (), "at least one multiaddr to listen on (or client_mode)")
     if not isinstance(self.identity_path, str): _fail("identity_path", self.identity_path, "a file path, or empty")
+    if not isinstance(self.pool_root, str): _fail("pool_root", self.pool_root, "a folder path, or empty")
     if not self.lora_targets or not all(isinstance(t, str) and t for t in self.lora_targets):
         _fail("lora_targets", self.lora_targets, "'all-linear' or module names")
     if self.adapter == "lora" and self.beta > 0:  # the reference would be the base with the adapter off: not built yet

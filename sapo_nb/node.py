@@ -295,7 +295,7 @@ def open_transport(cfg:SAPOConfig):
     network = {} if cfg.transport != "hivemind" else dict(
         host_maddrs=cfg.host_maddrs, announce_maddrs=list(cfg.announce_maddrs) or None, client_mode=cfg.client_mode,
         use_relay=cfg.use_relay, use_auto_relay=cfg.use_auto_relay, identity_path=cfg.identity_path or None)
-    return make_transport(cfg.transport, root=cfg.root, experiment=cfg.experiment, initial_peers=cfg.initial_peers,
+    return make_transport(cfg.transport, root=cfg.pool_root or cfg.root, experiment=cfg.experiment, initial_peers=cfg.initial_peers,
                           **{f.name: getattr(cfg, f.name) for f in fields(PoolLimits)}, **network)
 
 def _mean(xs): xs = list(xs); return sum(xs) / len(xs) if xs else None
@@ -350,8 +350,11 @@ class SwarmNode:
         self.trained_external = set()  # `sampler.group_key`s of the peers' groups trained on in the top-up window
 
     def _check_root(self):
-        "Fail at start, with what to do, when the experiment folder cannot be written."
-        d = experiment_dir(self.cfg)
+        "Fail at start, with what to do, when the experiment folder cannot be written or sits inside the shared pool folder."
+        d, pool = experiment_dir(self.cfg), self.cfg.pool_root and Path(self.cfg.pool_root).expanduser().resolve()
+        if pool and (pool == d.parent.resolve() or pool in d.parent.resolve().parents):
+            raise ValueError(f"SAPOConfig.root: {self.cfg.root} is inside pool_root {self.cfg.pool_root}, where peers write: "
+                             "keep your own files (logs, checkpoints) outside it, or leave pool_root empty on one machine")
         probe = d / f".write_test_{self.cfg.node_id}_{secrets.token_hex(4)}"  # a fresh name: nothing planted is in the way
         try: atomic_write(probe, b"ok"); remove(probe)
         except UnsafePath: raise  # says what is in the way (the experiment folder a link, say), not that the disk is full

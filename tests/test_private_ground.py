@@ -106,6 +106,31 @@ def test_linked_checkpoint_folder_neither_resumed_nor_deleted(tmp_path):
     assert snapshot(other) == before
 
 
+def test_pool_root_holds_only_the_pool(tmp_path):
+    "With `pool_root` on a share, the share gets only rollouts and the swarm id; logs, metrics, checkpoints and the lease stay under each node's own `root`, and the nodes still read each other."
+    pool = tmp_path / "share"
+    cfgs = [tiny(tmp_path / f"home-{i}", transport="folder", pool_root=str(pool), node_id=f"node-{i}", rounds=2,
+                 external_questions=1, wait_policy="none") for i in range(2)]
+    nodes = [SwarmNode(c, log=lambda *_: None) for c in cfgs]
+    for n in nodes: n.resume()  # takes the lease
+    for r in range(2):
+        for n in nodes: n.step()
+    for n in nodes: n.close()
+    shared = sorted(str(p.relative_to(pool)) for p in pool.rglob("*") if not p.is_dir())
+    assert shared and all(s == "sapo/swarm_id" or s.startswith("sapo/rollouts/round_") for s in shared), shared
+    for c in cfgs:
+        assert metrics_path(c).is_file() and checkpoint_dir(c).is_dir() and tmp_path / f"home-{c.node_id[-1]}" in metrics_path(c).parents
+    rows = read_jsonl(metrics_path(cfgs[1]))
+    assert rows[-1]["pool_available"] > 0  # node-1 saw node-0's rollouts in the share
+
+
+def test_root_inside_pool_root_is_refused(tmp_path):
+    "A run folder inside the shared pool folder, where peers could plant links among a node's own files: refused at start, saying why."
+    cfg = tiny(tmp_path / "share" / "mine", transport="folder", pool_root=str(tmp_path / "share"))
+    with pytest.raises(ValueError, match="inside pool_root"): node(cfg)
+    assert not (tmp_path / "share").exists()
+
+
 def test_linked_experiment_folder_refused_by_the_node(tmp_path):
     "The experiment folder itself a link to another run: the node stops at start, naming the link; nothing is written there."
     other = other_run(tmp_path); before = snapshot(other)
