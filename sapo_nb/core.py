@@ -178,19 +178,23 @@ def safe_text(x, limit:int=80) -> str:
     return "'" + "".join(map(_escape, s)) + "'" + (f"...+{cut}chars" if cut > 0 else "")  # the count: outside the quotes
 
 # %% ../nbs/00_core.ipynb #aeea991b
-def atomic_write(path, data:bytes|str):
-    "Write `data` to `path` whole: a temp file in the same folder, fsync, then rename over `path` (never through a link)."
+def atomic_write(path, data):
+    """Write `data` to `path` whole: a temp file in the same folder, fsync, then rename over `path` (never through a link).
+    `data` is bytes, text, or a function that writes into the open file (streamed: large data is never held whole);
+    what that function returns is returned."""
     with in_dir(path, create=True) as (d, name):
         tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=d)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data.encode() if isinstance(data, str) else data); f.flush(); os.fsync(f.fileno())
+                out = data(f) if callable(data) else f.write(data.encode() if isinstance(data, str) else data) and None
+                f.flush(); os.fsync(f.fileno())
             try: os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
             except (IsADirectoryError, NotADirectoryError, FileExistsError): raise UnsafePath(path, "a folder") from None
         except BaseException:
             with suppress(OSError): os.unlink(tmp, dir_fd=d)
             raise
+    return out
 
 # %% ../nbs/00_core.ipynb #927f3ddd
 JSONL_MAX_BYTES = 1 << 28  # 256 MB: far beyond any real metrics file (2,000 rounds of 8 nodes is about 30 MB)

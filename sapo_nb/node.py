@@ -17,9 +17,9 @@ from .core import (Group, RoundMetrics, UnsafePath, atomic_write, open_regular, 
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED',
            'truncate_metrics', 'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError',
-           'save_checkpoint', 'checkpoint_bytes', 'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint',
-           'open_transport', 'node_policy', 'SwarmNode', 'wait_target', 'ResumeError', 'progress_line',
-           'merged_adapter', 'save_model', 'sample_together']
+           'save_checkpoint', 'checkpoint_bytes', 'checkpoint_state', 'verify_checkpoint', 'intact_checkpoint',
+           'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode', 'wait_target', 'ResumeError',
+           'progress_line', 'merged_adapter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
@@ -187,6 +187,18 @@ def _digest(data) -> dict:
     data = data if isinstance(data, (bytes, bytearray)) else Path(data).read_bytes()
     return dict(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
+class _Hashing:
+    "A file being written that hashes what passes through it: a checkpoint's files get their checksums as they are written."
+    def __init__(self, f): self.f, self.sha, self.n = f, hashlib.sha256(), 0
+    def write(self, b): self.sha.update(b); self.n += len(b); return self.f.write(b)
+    def flush(self): self.f.flush()
+    def digest(self) -> dict: return dict(bytes=self.n, sha256=self.sha.hexdigest())
+
+def _write_hashed(path, fill) -> dict:
+    "Write `path` whole with `fill(file)` (`core.atomic_write`) and return its size and SHA-256."
+    def write(f): h = _Hashing(f); fill(h); return h.digest()
+    return atomic_write(path, write)
+
 def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1) -> Path:
     "Write a complete checkpoint of round `round` under `folder`; once it verifies, keep the newest `keep` (2: a fallback too)."
     import torch
@@ -197,12 +209,12 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1)
         if name.startswith(".tmp_round_"):
             with suppress(OSError): remove(folder / name)  # left by a killed save (a link there stays)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    opt = io.BytesIO(); torch.save(optimizer.state_dict(), opt)
     rng = dict(torch=torch.get_rng_state().tolist(), python=list(random.getstate()[1]))
-    files = {"model.safetensors": safetensors_bytes(_untie(tensors)), "optimizer.pt": opt.getvalue(),
-             "state.json": json.dumps(dict(state, round=round, rng=rng)).encode()}
-    for name, data in files.items(): atomic_write(tmp / name, data)  # each written without following a link
-    atomic_write(tmp / "complete", json.dumps(dict(files={n: _digest(b) for n, b in files.items()})))
+    files = {  # each written without following a link; only the weights' bytes are ever held whole, one file at a time
+        "model.safetensors": _write_hashed(tmp / "model.safetensors", lambda f: f.write(safetensors_bytes(_untie(tensors)))),
+        "optimizer.pt": _write_hashed(tmp / "optimizer.pt", lambda f: torch.save(optimizer.state_dict(), f)),  # streamed
+        "state.json": _write_hashed(tmp / "state.json", lambda f: f.write(json.dumps(dict(state, round=round, rng=rng)).encode()))}
+    atomic_write(tmp / "complete", json.dumps(dict(files=files)))
     remove(final)  # an earlier try at this round (a link there is refused, never followed)
     rename(tmp, final.name)
     try: verify_checkpoint(final)
@@ -221,32 +233,43 @@ def _untie(tensors:dict) -> dict:
         out[k] = v.clone() if v.data_ptr() in seen else v; seen.add(v.data_ptr())
     return out
 
+# %% ../nbs/12_node.ipynb #a374234e
 def _checkpoints(folder) -> list:
     "Rounds of the checkpoint folders in `folder` that have a `complete` marker (verified only when loaded); no links."
     return [int(n[6:]) for n, kind in list_dir(folder).items()
             if kind == "dir" and n.startswith("round_") and n[6:].isdigit() and path_kind(Path(folder) / n / "complete") == "file"]
 
-def checkpoint_bytes(ck, name:str) -> bytes:
-    "File `name` of checkpoint folder `ck`, read without following links and checked against its marker; else `CheckpointError`."
+def checkpoint_bytes(ck, name:str, keep:bool=True) -> bytes|None:
+    """File `name` of checkpoint folder `ck`, read without following links and checked against its marker; else
+    `CheckpointError`. With `keep=False` it is hashed in chunks as it is read and never held whole (None is returned)."""
     marker = read_json_file(Path(ck) / "complete")
     files = marker.get("files") if isinstance(marker, dict) else None
     if not isinstance(files, dict) or set(files) != set(CHECKPOINT_FILES):
         raise CheckpointError(f"{ck}: the marker is unreadable or does not list the checkpoint's files")
     f = open_regular(Path(ck) / name)
     if f is None: raise CheckpointError(f"{ck}: {name} is missing, or not a regular file")
-    with f: data = f.read()
-    got, want = _digest(data), files[name]
+    with f:
+        if keep: data = f.read(); got = _digest(data)
+        else:
+            sha, n, data = hashlib.sha256(), 0, None
+            for chunk in iter(lambda: f.read(1 << 24), b""): sha.update(chunk); n += len(chunk)
+            got = dict(bytes=n, sha256=sha.hexdigest())
+    want = files[name]
     if got != want: raise CheckpointError(f"{ck}: {name} does not match its checksum ({got['bytes']} bytes, expected "
                                           f"{want.get('bytes') if isinstance(want, dict) else '?'})")
     return data
 
-def verify_checkpoint(ck) -> dict:
-    "The parsed `state.json` of checkpoint folder `ck`, after checking every file against its marker; else `CheckpointError`."
-    for name in CHECKPOINT_FILES[:-1]: checkpoint_bytes(ck, name)
+def checkpoint_state(ck) -> dict:
+    "The parsed, bounds-checked `state.json` of checkpoint folder `ck` (checked against its marker); else `CheckpointError`."
     try: state = json.loads(checkpoint_bytes(ck, "state.json"))
     except (ValueError, RecursionError) as e: raise CheckpointError(f"{ck}: state.json is not JSON ({e})") from None
     _check_state(state)
     return state
+
+def verify_checkpoint(ck) -> dict:
+    "The state of checkpoint folder `ck` (`checkpoint_state`), after hashing its other files in chunks against its marker."
+    for name in CHECKPOINT_FILES[:-1]: checkpoint_bytes(ck, name, keep=False)
+    return checkpoint_state(ck)
 
 def _check_state(state):
     "Bounds of what `load_checkpoint` itself restores: the round and the RNG states."
@@ -260,14 +283,16 @@ def _check_state(state):
         raise CheckpointError("state.json: 'rng' is not a pair of valid generator states")
 
 # %% ../nbs/12_node.ipynb #4e4c8f02
-def intact_checkpoint(folder, check=None, log=print) -> tuple:
-    "`(path, state)` of the newest checkpoint in `folder` that verifies and passes `check`; `(None, None)` if there is none, `CheckpointError` if none is intact."
+def intact_checkpoint(folder, check=None, log=print, use=verify_checkpoint) -> tuple:
+    """`(path, state)` of the newest checkpoint in `folder` whose state passes `check` and that `use` accepts (by
+    default: every file verifies); `(None, None)` if there is none, `CheckpointError` if none is intact."""
     rounds = sorted(_checkpoints(folder), reverse=True)  # `UnsafePath` if the folder is a link or under one
     for r in rounds:
         ck = Path(folder) / f"round_{r}"
         try:
-            state = verify_checkpoint(ck)
+            state = checkpoint_state(ck)
             if check: check(state)  # the caller's bounds; it raises CheckpointError, or refuses outright with another error
+            use(ck)  # checks the files it reads, raising CheckpointError for a damaged one
         except CheckpointError as e:
             log(f"checkpoint of round {r} skipped: {e}"); continue
         return ck, state
@@ -278,11 +303,11 @@ def load_checkpoint(folder, model, optimizer, check=None, log=print) -> dict|Non
     "Restore the newest good checkpoint in `folder` into `model` and `optimizer` and return its state; None if there is none."
     import torch
     from safetensors.torch import load as safetensors_load
-    ck, state = intact_checkpoint(folder, check, log)
+    def load(ck):  # each file hashed once, as it is loaded: the bytes loaded are the bytes checked
+        model.load_state_dict(safetensors_load(checkpoint_bytes(ck, "model.safetensors")), strict=False)
+        optimizer.load_state_dict(torch.load(io.BytesIO(checkpoint_bytes(ck, "optimizer.pt")), weights_only=True))
+    ck, state = intact_checkpoint(folder, check, log, use=load)  # a damaged optimizer file: an older one loads over it all
     if ck is None: return None
-    # the bytes loaded are the bytes checked: a file swapped after the check is refused, not loaded
-    model.load_state_dict(safetensors_load(checkpoint_bytes(ck, "model.safetensors")), strict=False)
-    optimizer.load_state_dict(torch.load(io.BytesIO(checkpoint_bytes(ck, "optimizer.pt")), weights_only=True))
     torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
     random.setstate((3, tuple(state["rng"]["python"]), None))
     return state
@@ -695,13 +720,14 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
     from sapo_nb.models import build_atomically
     dest = Path(dest)
     if dest.exists(): raise FileExistsError(f"{dest} exists; choose a folder that does not")
-    ck, state = intact_checkpoint(checkpoint_dir(cfg), log=log)
+    got = {}  # the weights, hashed once as they are read (the optimizer's state is not needed here)
+    ck, state = intact_checkpoint(checkpoint_dir(cfg), log=log,
+                                  use=lambda ck: got.update(weights=safetensors_load(checkpoint_bytes(ck, "model.safetensors"))))
     if ck is None:
         raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished run keeps its "
                               "checkpoints only when run with --keep-checkpoints")
-    weights = safetensors_load(checkpoint_bytes(ck, "model.safetensors"))
-    if cfg.adapter == "none": policy = node_policy(cfg.replace(device="cpu")); policy.load_state_dict(weights)
-    else: policy = merged_adapter(cfg, weights)
+    if cfg.adapter == "none": policy = node_policy(cfg.replace(device="cpu")); policy.load_state_dict(got["weights"])
+    else: policy = merged_adapter(cfg, got["weights"])
     def write(tmp): policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)
     out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model))
     log(f"{cfg.node_id}: the model trained for {state['round'] + 1} rounds is in {out}")
