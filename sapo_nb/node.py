@@ -233,7 +233,7 @@ def _untie(tensors:dict) -> dict:
         out[k] = v.clone() if v.data_ptr() in seen else v; seen.add(v.data_ptr())
     return out
 
-# %% ../nbs/12_node.ipynb #a374234e
+# %% ../nbs/12_node.ipynb #a6460ffe
 def _checkpoints(folder) -> list:
     "Rounds of the checkpoint folders in `folder` that have a `complete` marker (verified only when loaded); no links."
     return [int(n[6:]) for n, kind in list_dir(folder).items()

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sampler.ipynb #68b0a0fc
 from __future__ import annotations
-import itertools, logging, math, random
+import itertools, logging, math, random, time
 from collections import Counter
 from dataclasses import dataclass, field, asdict, replace
 from .config import SAPOConfig
@@ -76,15 +76,20 @@ def rescore(candidates: list, # groups from the pool (untrusted)
             rng: random.Random|None=None, # the selection's generator: the scoring order derives from it (not advanced)
            ) -> tuple[list, Counter]:
     "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally within `budget`; the rest by reason."
-    rejected, keep = Counter(), []
-    for g in candidates:
-        entry, why = _rebuild(g, mix)
+    rejected, kept, budget = Counter(), [], budget if budget is not None else ScoringBudget()
+    share = budget.seconds / max(len({g.node_id for g in candidates}), 1)  # what one sender's rebuilds may take
+    for i in fair_order(candidates, _order_rng(rng if rng is not None else random.Random(0))):
+        # rebuilding an item costs time too: charged to its sender, in fair order, within its share of the round's budget
+        g = candidates[i]
+        if budget.spent[g.node_id] >= share or budget.used >= budget.seconds: rejected["over_budget"] += 1; continue
+        t = time.perf_counter(); entry, why = _rebuild(g, mix); budget.charge(g.node_id, time.perf_counter() - t)
         if why: rejected[why] += 1
-        else: keep.append((g, entry))
+        else: kept.append((i, g, entry))
+    keep = [(g, entry) for _, g, entry in sorted(kept, key=lambda t: t[0])]  # back in arrival order
     order = fair_order([g for g, _ in keep], _order_rng(rng if rng is not None else random.Random(0)))
     results = [None] * len(keep)
     scored = _score_all(reward_fn, [(keep[i][1], list(keep[i][0].completions)) for i in order],
-                        budget if budget is not None else ScoringBudget(), [keep[i][0].node_id for i in order])
+                        budget, [keep[i][0].node_id for i in order])
     for i, rs in zip(order, scored): results[i] = rs
     out = []
     for (g, entry), rs in zip(keep, results):

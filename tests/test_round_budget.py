@@ -75,6 +75,23 @@ def test_flood_from_one_sender_does_not_starve_others():
     assert {g.node_id for g in again} == {g.node_id for g in picked}   # every sender scored again, round after round
 
 
+def test_costly_rebuilds_are_charged_to_the_round_budget(monkeypatch):
+    "Rebuilding items costs time before any scoring: a sender whose 200 items take 10 ms each to rebuild spends its share of the round's budget, not 2 s, and another sender's groups are still rebuilt and scored."
+    import sapo_nb.sampler as sampler
+    rebuild = sampler._rebuild
+    def slow_for_flood(g, mix):
+        if g.node_id == "flood": time.sleep(0.01)   # a stand-in for the costliest item a mix can rebuild
+        return rebuild(g, mix)
+    monkeypatch.setattr(sampler, "_rebuild", slow_for_flood)
+    items = TaskStream("quick", seed=41, node_id="x").next(204)
+    flood, honest = groups_of(items[:200], "flood", lambda e: [e["answer"], "x"]), groups_of(items[200:], "honest", lambda e: [e["answer"], "x"])
+    t0 = time.perf_counter()
+    picked, info = select_external(flood + honest, 1000, "uniform", make_reward_fn(), rng=5, mix="quick", scoring_budget=0.2)
+    assert time.perf_counter() - t0 < 0.2 + 0.5                    # 200 rebuilds at 10 ms would be 2 s
+    assert info["over_budget"] > 150
+    assert sorted(g.node_id for g in picked if g.node_id == "honest") == ["honest"] * 4
+
+
 def test_stopped_worker_with_a_batch_larger_than_the_pipe_does_not_block():
     "A worker that stopped reading: the send times out, a fresh worker scores the batch, and the next call works."
     w = ScoringWorker(group_timeout=1.0)
