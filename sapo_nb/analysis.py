@@ -14,14 +14,15 @@ from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, mi
 
 # %% auto #0
 __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS',
-           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'EVAL_ITEM_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS', 'find_runs',
-           'config_label', 'run_provenance', 'run_info', 'synthetic_runs', 'load_runs', 'config_shapes', 'config_order',
-           'resolve_config', 'cumulative_reward', 'agent_cumulative', 'permutation_test', 'improvement',
-           'compare_configs', 'metric_label', 'artefact_along_runs', 'seed_comparison', 'provenance_summary',
-           'config_summary', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'load_eval_items',
-           'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards',
-           'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_agents', 'fig_adaptive_j',
-           'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
+           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'EVAL_ITEM_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS',
+           'PEER_REPORT_RUNS', 'find_runs', 'config_label', 'run_provenance', 'run_info', 'synthetic_runs', 'load_runs',
+           'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative',
+           'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_along_runs',
+           'seed_comparison', 'provenance_summary', 'config_summary', 'plan_progress', 'metric_units', 'seed_table',
+           'findings', 'load_eval_items', 'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round',
+           'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times',
+           'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary',
+           'write_report']
 
 # %% ../nbs/16_analysis.ipynb #4a08edb0
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)
@@ -930,6 +931,24 @@ def _table(t:pd.DataFrame) -> str:
         t.columns = [str(c) for c in t.columns]
     return t.map(_cell).to_html(index=False, border=0)
 
+PEER_REPORT_RUNS = 4  # a report of more runs leaves the per-peer tables out (`sapo status` shows one run's)
+
+def _peers_section(path) -> list:
+    "The report's per-peer section: what each node took from and refused of each peer (`monitor.peer_table`), for a few runs."
+    from sapo_nb.monitor import peer_table, short_peer
+    from sapo_nb.core import valid_metrics_row
+    runs = find_runs(path)
+    if len(runs) > PEER_REPORT_RUNS: return []
+    rows = [dict(run=run.name, node=f.parent.name, peer=short_peer(t["peer"]), offered=t["offered"], taken=t["taken"],
+                 share_pct=round(100 * t["share"], 1), refused=", ".join(f"{k} {v}" for k, v in sorted(t["refused"].items())) or "-",
+                 flagged="yes" if t["flagged"] else "")
+            for run in runs for f in sorted((run / "logs").glob("*/metrics.jsonl")) for t in peer_table([r for r in read_jsonl(f) if valid_metrics_row(r)])]
+    if not rows: return []
+    return ["<h2>Peers</h2><p class='note'>Per node and peer, over the run: groups offered (valid, fresh), taken into the "
+            "training batch, <b>share_pct</b> of the node's trained groups, and refusals by reason (files the transport refused "
+            "count once each, under the name they came with). <b>flagged</b>: everything it sent was refused in each of its "
+            "latest rounds.</p>", _table(pd.DataFrame(rows))]
+
 def write_report(
     path, # a run folder, or any folder with run folders below it
     out_html=None, # the HTML file to write; default `<path>/report.html`
@@ -1016,6 +1035,7 @@ def write_report(
     parts += [f"<h2>Aha propagation</h2><p class='note'>Jump round: the first round t ≥ 2w−1 where an agent's {aha_window}-round "
              f"moving average (clipped to a quarter of the run) exceeds its value w rounds earlier by ≥ {delta}. Lag: rounds "
              "after the first agent of the same run jumped.</p>", _table(aha_sum)]
+    parts += _peers_section(path)
     for title, fig in figs:
         parts += [f"<h2>{e(title)}</h2>", fig.to_html(full_html=False, include_plotlyjs=False)]
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>SAPO report</title><style>{_CSS}</style>"

@@ -14,15 +14,17 @@ __all__ = ['SHORT_FLAGS', 'add_config_args', 'config_from_args', 'demo', 'main']
 # %% ../nbs/19_cli.ipynb #a6ae3dfc
 SHORT_FLAGS = dict(local_questions="-I", external_questions="-J", completions_per_question="-G")
 
-def add_config_args(parser:argparse.ArgumentParser):
-    "Add `--config`, `--preset` and one flag per `SAPOConfig` field to `parser`; unset flags stay unset."
+def add_config_args(parser:argparse.ArgumentParser, preset:str|None=None):
+    "Add `--config`, `--preset` and one flag per `SAPOConfig` field to `parser`; unset flags stay unset. `preset`: the one the bare command uses, whose values `--help` shows."
     parser.add_argument("--config", help="a YAML or JSON file of config fields")
-    parser.add_argument("--preset", choices=list(PRESETS), help="start from a preset: " + ", ".join(PRESETS))
-    docs = field_docs()
+    parser.add_argument("--preset", choices=list(PRESETS), help="start from a preset: " + ", ".join(PRESETS)
+                        + (f" (default: {preset})" if preset else " (default: none, the paper's values)"))
+    parser.set_defaults(default_preset=preset)
+    docs, base = field_docs(), load_config(preset=preset, environ={})
     group = parser.add_argument_group("config fields (SAPOConfig)")
     for f in fields(SAPOConfig):
         kind, names = field_kind(f), [f"--{f.name.replace('_', '-')}"] + ([SHORT_FLAGS[f.name]] if f.name in SHORT_FLAGS else [])
-        kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{docs[f.name]} (default: {f.default!r})")
+        kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{docs[f.name]} (default: {getattr(base, f.name)!r})")
         if kind is bool: group.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         elif kind is tuple: group.add_argument(*names, nargs="*", **kw)
         else: group.add_argument(*names, type=str, metavar=kind.__name__.upper(), **kw)
@@ -75,11 +77,11 @@ def _folder_args(parser):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sapo", description="SAPO: decentralized RL post-training that shares decoded rollouts.")
     sub = p.add_subparsers(dest="command", required=True)
-    d = add_config_args(sub.add_parser("demo", help="answer a few questions with the model, with rewards"))
+    d = add_config_args(sub.add_parser("demo", help="answer a few questions with the model, with rewards"), preset="laptop")
     d.add_argument("--questions", type=int, default=4, help="questions to answer")
     n = add_config_args(sub.add_parser("node", help="run one node"))
     n.add_argument("--threads", type=_positive, default=None, help="CPU threads for this node (default: torch's, one per core)")
-    s = add_config_args(sub.add_parser("swarm", help="run several nodes on this machine"))
+    s = add_config_args(sub.add_parser("swarm", help="run several nodes on this machine"), preset="laptop")
     s.add_argument("--nodes", type=int, default=3, help="nodes to start (node-0, node-1, ...)")
     s.add_argument("--mode", choices=["inline", "process"], default="inline", help="one process taking turns, or a process per node")
     s.add_argument("--override", action="append", default=[], metavar="NODE:FIELD=VALUE,...", help="per-node config, repeatable")
@@ -115,9 +117,11 @@ def main(argv=None) -> int:
         if args.command in ("status", "clean"):
             cfg = load_config(**{k: v for k, v in (("root", args.root), ("experiment", args.experiment)) if v is not None})
             if args.command == "clean": return _clean(cfg)
-            from sapo_nb.monitor import swarm_status, format_status
+            from sapo_nb.monitor import swarm_status, format_status, swarm_peers, format_peers
             trust_root(cfg.root)  # read from the root down, never through a link planted below it
-            print(format_status(swarm_status(cfg.root, cfg.experiment))); return 0
+            print(format_status(swarm_status(cfg.root, cfg.experiment)))
+            if peers := swarm_peers(cfg.root, cfg.experiment): print("\n" + format_peers(peers))
+            return 0
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
             return experiment_main(args)
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
             from sapo_nb.analysis import write_report
             try: print(write_report(args.path, args.out, window=args.window)); return 0
             except (ValueError, FileNotFoundError) as e: print(f"sapo report: {e}", file=sys.stderr); return 2
-        if args.command in ("demo", "swarm") and args.config is None and args.preset is None: args.preset = "cpu"
+        if args.config is None and args.preset is None: args.preset = args.default_preset  # what --help shows
         cfg = config_from_args(args)
         if args.command == "demo": demo(cfg, args.questions); return 0
         if args.command == "node":
@@ -141,17 +145,50 @@ def main(argv=None) -> int:
         # intact checkpoint, a link or a folder planted where the run's own files go
         print(f"sapo: {e}", file=sys.stderr); return 2
     except KeyboardInterrupt:
-        print("sapo: stopped", file=sys.stderr); return 130
+        print(_stopped(args, argv), file=sys.stderr); return 130
 
 
 
 # %% ../nbs/19_cli.ipynb #a93ce6fa
+def _given(name:str, args) -> bool:
+    "Whether the user set config field `name`: a flag, the environment (`SAPO_<FIELD>`) or a config file."
+    import os
+    return name in vars(args) or f"SAPO_{name.upper()}" in os.environ or getattr(args, "config", None) is not None
+
+def _stopped(args, argv) -> str:
+    "What Ctrl-C leaves: per node, the rounds logged and the newest checkpoint, and the command that goes on."
+    import shlex
+    from sapo_nb.core import read_jsonl, metrics_path, checkpoint_dir, is_count
+    from sapo_nb.node import checkpoint_rounds
+    if args.command not in ("swarm", "node"): return "sapo: stopped"
+    try:
+        from sapo_nb.swarm import node_configs
+        cfg = config_from_args(args)
+        lines = []
+        for c in [cfg] if args.command == "node" else node_configs(cfg, args.nodes, args.override):
+            logged = max((r["round"] + 1 for r in read_jsonl(metrics_path(c)) if is_count(r.get("round"))), default=0)
+            try: kept = max(checkpoint_rounds(checkpoint_dir(c)), default=None)
+            except OSError: kept = None
+            lines.append(f"  {c.node_id}: {logged} round(s) logged; " + ("no checkpoint yet: it starts over (its rows kept aside)"
+                         if kept is None else f"resumes after round {kept + 1} (its checkpoint)"))
+    except Exception as e: lines = [f"  (what was kept could not be read: {type(e).__name__})"]
+    again = shlex.join(["sapo", *(sys.argv[1:] if argv is None else argv)])
+    return "\n".join(["sapo: stopped. Kept:", *lines, f"The same command goes on: {again}"])
+
 def _swarm(cfg, args) -> int:
     from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall
     from sapo_nb.node import experiment_dir
+    if args.mode == "process" and args.nodes > 1 and not _given("wait_policy", args):
+        # processes start seconds apart and run at their own pace: without waiting, the first rounds see no peer
+        cfg = cfg.replace(wait_policy="wait", wait_peers=args.nodes - 1)
+        print(f"process mode: each node waits up to {cfg.wait_seconds:.0f} s a round for the other nodes' rollouts "
+              "(--wait-policy none: never)")
     cfgs = node_configs(cfg, args.nodes, args.override)
     t0 = time.perf_counter()
-    print(f"sapo swarm: {args.nodes} nodes ({args.mode}), {cfg.rounds} rounds, model {cfg.model}, "
+    shared = "one shared base" if args.mode == "inline" else "a base per process"
+    training = (f"a LoRA adapter each (rank {cfg.lora_rank}, {shared}; --adapter none trains every weight)" if cfg.adapter == "lora"
+                else "every weight (full fine-tuning; --adapter lora is lighter)")
+    print(f"sapo swarm: {args.nodes} nodes ({args.mode}) of {cfg.model} training {training}, {cfg.rounds} rounds of {cfg.mix}, "
           f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, results in {experiment_dir(cfg)}")
     if args.mode == "process" and (warning := pool_shortfall(cfgs)): print(warning)  # inline mode logs it itself
     if args.mode == "inline":
@@ -169,11 +206,12 @@ def _swarm(cfg, args) -> int:
 def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
     "What a run prints at its end: status, what happened, disk used and freed, where the results are."
     from sapo_nb.swarm import disk_usage, format_bytes, remove_checkpoints
-    from sapo_nb.monitor import swarm_status, format_status, run_summary, format_summary
+    from sapo_nb.monitor import swarm_status, format_status, run_summary, format_summary, swarm_peers, format_peers
     from sapo_nb.node import experiment_dir
     import shlex
     exp, status = experiment_dir(cfg), swarm_status(cfg.root, cfg.experiment)
     out(format_status(status))
+    if peers := swarm_peers(cfg.root, cfg.experiment): out("\n" + format_peers(peers))
     out("\nwhat happened (mean reward over the first and the last rounds; held-out accuracy before and after training):\n"
         + format_summary(run_summary(cfg.root, cfg.experiment)))
     used = disk_usage(exp)

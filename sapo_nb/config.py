@@ -12,8 +12,8 @@ from .core import atomic_write, open_regular, safe_text
 
 # %% auto #0
 __all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device',
-           'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides', 'load_config',
-           'preset', 'field_docs']
+           'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides',
+           'resolve_learning_rate', 'load_config', 'preset', 'field_docs']
 
 # %% ../nbs/03_config.ipynb #48066c83
 CHOICES = dict(
@@ -311,11 +311,17 @@ def env_overrides(environ=None) -> dict:
         if var in environ: out[name] = parse_field(var, name, kinds[name], environ[var])
     return out
 
+def resolve_learning_rate(values:dict, overrides:dict={}) -> dict:
+    "`values` with a preset's learning rate per adapter (`{'lora': ..., 'none': ...}`) resolved for the adapter chosen."
+    rate = values.get("learning_rate")
+    if not isinstance(rate, dict): return values
+    return {**values, "learning_rate": rate[overrides.get("adapter", values.get("adapter", "none"))]}
+
 def load_config(path=None, environ=None, preset:str|None=None, **overrides) -> SAPOConfig:
     "A config from defaults < `preset` < `path` (YAML/JSON) < environment variables < `overrides`."
     base = {} if preset is None else _preset_values(preset)
     if path is not None: base = {**base, **_read_config_file(path)}
-    return SAPOConfig.from_dict({**base, **env_overrides(environ)}, **overrides)
+    return SAPOConfig.from_dict(resolve_learning_rate({**base, **env_overrides(environ)}, overrides), **overrides)
 
 # %% ../nbs/03_config.ipynb #784b3119
 def _mix_generation(mix:str) -> dict:
@@ -328,6 +334,7 @@ PRESETS = dict(
     cpu=dict(mix="quick", **_mix_generation("quick"), local_questions=2, external_questions=2, completions_per_question=4,
              rounds=10, learning_rate=1e-5, checkpoint_every=5),
 )
+PRESETS["laptop"] = dict(PRESETS["cpu"], adapter="lora", learning_rate=dict(lora=1e-4, none=PRESETS["cpu"]["learning_rate"]))
 
 def _preset_values(name):
     if name not in PRESETS: raise ConfigError(f"preset: got {name!r}; allowed: {', '.join(PRESETS)}")
@@ -335,7 +342,7 @@ def _preset_values(name):
 
 def preset(name:str, **overrides) -> SAPOConfig:
     "The config of preset `name`, with `overrides` on top."
-    return SAPOConfig.from_dict(_preset_values(name), **overrides)
+    return SAPOConfig.from_dict(resolve_learning_rate(_preset_values(name), overrides), **overrides)
 
 
 # %% ../nbs/03_config.ipynb #015b342c

@@ -261,6 +261,11 @@ def _number(x) -> bool: return x is None or is_finite(x)
 def _text(x) -> bool: return isinstance(x, str)
 def _seconds(x) -> bool: return isinstance(x, dict) and is_finite(x.get("total")) and x["total"] >= 0
 def _any(x) -> bool: return True
+def _peers(x) -> bool:
+    "None, or {sender: {'offered': n, 'taken': n, 'refused': {reason: n}}} with whole-number counts."
+    ok = lambda a: (isinstance(a, dict) and is_count(a.get("offered")) and is_count(a.get("taken"))
+                    and isinstance(a.get("refused"), dict) and all(isinstance(k, str) and is_count(v) for k, v in a["refused"].items()))
+    return x is None or (isinstance(x, dict) and all(isinstance(k, str) and ok(a) for k, a in x.items()))
 
 def _m(check, doc:str, default=None, required:bool=False):
     "A metrics field: its check, its documentation, and whether every row must have it."
@@ -288,6 +293,7 @@ class RoundMetrics:
     pool_topped_up: int = _m(is_count, "of those, groups from earlier rounds that topped J up (`top_up_rounds`)", 0)
     pool_peers: int = _m(is_count, "distinct senders among the collected groups", 0)
     pool_unusable: int = _m(is_count, "collected groups that could not be rebuilt or scored", 0)
+    peers: dict|None = _m(_peers, "per peer: groups offered, taken and refused by reason (files refused count once), `PEERS_PER_ROW` at most")
     loss: float|None = _m(_number, "GRPO loss of the update")
     clip_frac: float|None = _m(_number, "fraction of tokens clipped, both sides")
     clip_frac_low: float|None = _m(_number, "fraction clipped below 1 - eps_low")
@@ -337,7 +343,7 @@ def metric_columns() -> tuple:
     "The flat columns of a metrics table: every scalar field, with `seconds` spread into `seconds_<phase>`."
     cols = []
     for f in fields(RoundMetrics):
-        if f.name in ("round", "node_id") or f.name.endswith("by_task"): continue
+        if f.name in ("round", "node_id", "peers") or f.name.endswith("by_task"): continue
         cols += [*(f"seconds_{p}" for p in PHASES), "seconds_total"] if f.name == "seconds" else [f.name]
     return tuple(cols)
 

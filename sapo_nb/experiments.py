@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
-from .config import SAPOConfig, ConfigError, PRESETS, valid_name
+from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name
 from .core import experiment_dir, metrics_path, read_jsonl, atomic_write, provenance
 from .swarm import node_configs, run_inline, parse_override
 from .node import save_model
@@ -106,14 +106,14 @@ def resolve_plan(
             raise ValueError(f"configuration name {c!r}: use letters, digits, '_', '.', '-' (it names a folder)")
         over = dict(over); n = _whole("nodes", nodes if nodes is not None else over.pop("nodes", p.get("nodes", 1)), 1)
         over.pop("nodes", None)
-        values = {**PRESETS[pre], **({"rounds": p["rounds"]} if "rounds" in p else {}), **p.get("fields", {}), **over, **top}
+        values = resolve_learning_rate({**PRESETS[pre], **({"rounds": p["rounds"]} if "rounds" in p else {}), **p.get("fields", {}), **over, **top})
         for s in seeds:
             cfg = SAPOConfig.from_dict(values, root=str(exp_root / c), experiment=f"seed_{s}", seed=s)
             cfgs = node_configs(cfg, n)
             runs.append(dict(config=c, seed=s, nodes=n, dir=str(experiment_dir(cfg)), cfgs=cfgs))
         configs[c] = dict(nodes=n, overrides=over, config={k: v for k, v in runs[-1]["cfgs"][0].to_dict().items()
                                                           if k not in _RUNNER_FIELDS})
-    strong = _strong_run(p, exp_root, {**PRESETS[pre], **p.get("fields", {})}, top) if "strong" in p else None
+    strong = _strong_run(p, exp_root, resolve_learning_rate({**PRESETS[pre], **p.get("fields", {})}), top) if "strong" in p else None
     if strong:
         for r in runs:
             if strong["node"] not in [c.node_id for c in r["cfgs"]]:

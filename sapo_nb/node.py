@@ -16,10 +16,10 @@ from .core import (Group, RoundMetrics, UnsafePath, atomic_write, open_regular, 
 
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED',
-           'truncate_metrics', 'NodeRunning', 'lease_path', 'read_lease', 'NodeLease', 'CheckpointError',
-           'save_checkpoint', 'checkpoint_bytes', 'checkpoint_state', 'verify_checkpoint', 'intact_checkpoint',
-           'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode', 'wait_target', 'ResumeError',
-           'progress_line', 'merged_adapter', 'save_model', 'sample_together']
+           'truncate_metrics', 'NodeRunning', 'lease_file', 'lease_path', 'read_lease', 'lease_alive', 'NodeLease',
+           'CheckpointError', 'save_checkpoint', 'checkpoint_rounds', 'checkpoint_bytes', 'checkpoint_state',
+           'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode',
+           'wait_target', 'ResumeError', 'progress_line', 'merged_adapter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
@@ -40,7 +40,8 @@ _LEASE_MAX_BYTES = 4096
 class NodeRunning(RuntimeError):
     "The node id is already running on this pool, or its lease was taken over by another process."
 
-def lease_path(cfg:SAPOConfig) -> Path: return experiment_dir(cfg) / "locks" / f"{cfg.node_id}.lock"
+def lease_file(exp, node_id:str) -> Path: return Path(exp) / "locks" / f"{node_id}.lock"
+def lease_path(cfg:SAPOConfig) -> Path: return lease_file(experiment_dir(cfg), cfg.node_id)
 
 def read_lease(path) -> tuple:
     "`(info, age_seconds)` of the lease at `path`, `(None, None)` if none; junk reads as `{}`, a future heartbeat as age < 0."
@@ -80,6 +81,12 @@ def _is_stale(info:dict, age:float, stale_after:float) -> bool:
     pid = info["pid"]
     if pid == os.getpid(): return info.get("token") not in _HELD  # ours, from a node object this process dropped
     return pid > 1 and not _pid_alive(pid)
+
+def lease_alive(path) -> bool:
+    "Whether the lease at `path` has a living holder: it is there and fresh, and its pid lives where that can be checked."
+    try: info, age = read_lease(path)
+    except NodeRunning: return False  # something planted, not a lease
+    return info is not None and not _is_stale(info, age, LEASE_STALE)
 
 def _write_lease(f, token:str):
     f.seek(0); f.truncate()
@@ -219,9 +226,9 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1)
     rename(tmp, final.name)
     try: verify_checkpoint(final)
     except CheckpointError: remove(final); raise  # the older checkpoints stay
-    before = sorted(r for r in _checkpoints(folder) if r < round)
+    before = sorted(r for r in checkpoint_rounds(folder) if r < round)
     kept = set(before[len(before) - keep + 1:]) if keep > 1 else set()
-    for old in _checkpoints(folder):  # later rounds too: a future the node resumed from before (a damaged one)
+    for old in checkpoint_rounds(folder):  # later rounds too: a future the node resumed from before (a damaged one)
         if old != round and old not in kept:
             with suppress(OSError): remove(folder / f"round_{old}")
     return final
@@ -234,7 +241,7 @@ def _untie(tensors:dict) -> dict:
     return out
 
 # %% ../nbs/12_node.ipynb #a6460ffe
-def _checkpoints(folder) -> list:
+def checkpoint_rounds(folder) -> list:
     "Rounds of the checkpoint folders in `folder` that have a `complete` marker (verified only when loaded); no links."
     return [int(n[6:]) for n, kind in list_dir(folder).items()
             if kind == "dir" and n.startswith("round_") and n[6:].isdigit() and path_kind(Path(folder) / n / "complete") == "file"]
@@ -286,7 +293,7 @@ def _check_state(state):
 def intact_checkpoint(folder, check=None, log=print, use=verify_checkpoint) -> tuple:
     """`(path, state)` of the newest checkpoint in `folder` whose state passes `check` and that `use` accepts (by
     default: every file verifies); `(None, None)` if there is none, `CheckpointError` if none is intact."""
-    rounds = sorted(_checkpoints(folder), reverse=True)  # `UnsafePath` if the folder is a link or under one
+    rounds = sorted(checkpoint_rounds(folder), reverse=True)  # `UnsafePath` if the folder is a link or under one
     for r in rounds:
         ck = Path(folder) / f"round_{r}"
         try:
@@ -461,7 +468,7 @@ def begin_round(self:SwarmNode, r:int,
 @patch
 def finish_round(self:SwarmNode, state:dict) -> dict:
     "Second half: collect and select external groups, train on local + external, and return the metrics row."
-    from sapo_nb.sampler import select_external, round_rng, group_key
+    from sapo_nb.sampler import select_external, round_rng, group_key, add_refusals, top_peers
     from sapo_nb.models import peak_memory_mb
     cfg, tok, sec = self.cfg, self.policy.tokenizer, state["seconds"]
     self.policy.activate()  # between this round's halves other nodes of the process ran theirs
@@ -495,6 +502,7 @@ def finish_round(self:SwarmNode, state:dict) -> dict:
         frac_zero_std=st.get("frac_zero_std"), pool_available=info.get("available", 0), pool_rejected=self.transport.rejected,
         pool_selected=len(ext), pool_topped_up=info.get("topped_up", 0), pool_peers=len({g.node_id for g in candidates}),
         pool_unusable=sum(info.get("rejected", {}).values()),
+        peers=top_peers(add_refusals(info.get("peers", {}), self.transport.take_refusals())) if reads_pool else None,
         loss=st.get("loss"), clip_frac=(st.get("clip_frac_low", 0) + st.get("clip_frac_high", 0)) if st else None,
         clip_frac_low=st.get("clip_frac_low"), clip_frac_high=st.get("clip_frac_high"), kl=st.get("kl"),
         entropy=st.get("entropy"), grad_norm=st.get("grad_norm"), sampler_gap=st.get("sampler_logprob_gap"), tokens_generated=state["tokens"],
@@ -617,6 +625,9 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
     "Take the node's lease, restore the newest good checkpoint (or pick the start round), record what runs it; the next round."
     if getattr(self, "lease", None) is None: self.lease = NodeLease(self.cfg).acquire()
     self.round, pol = self._restore(join_current), self.policy
+    if self.round >= self.cfg.rounds:  # a finished run run again: nothing to do, nothing written
+        self.log(f"{self.cfg.node_id}: finished: its {self.round} rounds are in {metrics_path(self.cfg)}; nothing to do "
+                 f"(a larger --rounds extends a run whose checkpoints were kept: --keep-checkpoints)"); return self.round
     append_jsonl(provenance_path(self.cfg), dict(round=self.round, time=time.time(), node_id=self.cfg.node_id, **provenance(
         str(pol.device), _dtype_name(getattr(pol.model, "dtype", None)), _dtype_name(pol.compute_dtype))))
     return self.round
@@ -627,9 +638,12 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     st = load_checkpoint(checkpoint_dir(self.cfg), self.policy, self.trainer.opt,
                          check=self._check_restored, log=self.log)
     if st is None:
-        rows = read_jsonl(metrics_path(self.cfg))
-        if rows:  # rounds ran but none was checkpointed: start over, cleanly
-            self._cut_records(-1)
+        done = max((r["round"] + 1 for r in read_jsonl(metrics_path(self.cfg)) if is_count(r.get("round"))), default=0)
+        if done >= self.cfg.rounds: return done  # finished, its checkpoints removed: nothing to run, nothing to cut
+        if done:  # rounds ran but none was checkpointed: start over, the rows of the earlier start kept aside
+            aside = self._set_records_aside()
+            self.log(f"{self.cfg.node_id}: {done} round(s) logged but no checkpoint to resume from: starting over from "
+                     f"round 0; the earlier rows are kept in {aside}")
         return max(self.transport.rounds(), default=0) if join_current else 0
     self._apply_changes(st)
     if "stream" in st: self.stream.restore(st["stream"])
@@ -637,6 +651,14 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     self._cut_records(st["round"])
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
     return st["round"] + 1
+
+@patch
+def _set_records_aside(self:SwarmNode) -> str:
+    "Rename the metrics and evaluation records to `<name>.before-<UTC time>.jsonl` (readers skip them); the new metrics name."
+    stamp, new = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), None
+    for path in (metrics_path(self.cfg), eval_records_path(self.cfg)):
+        if path_kind(path) == "file": rename(path, name := f"{path.stem}.before-{stamp}.jsonl"); new = new or path.with_name(name)
+    return str(new)
 
 @patch
 def _cut_records(self:SwarmNode, last_round:int):

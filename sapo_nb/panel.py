@@ -12,10 +12,10 @@ from .core import experiment_dir, read_json_file, trust_root
 from .node import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
                            require_process_groups, stop_swarm, swarm_key)
-from .monitor import SwarmWatcher, tail_lines
+from .monitor import SwarmWatcher, short_peer, tail_lines
 
 # %% auto #0
-__all__ = ['DRIVE_ROOT', 'FORM_FIELDS', 'in_colab', 'default_root', 'status_html', 'config_from_form', 'SwarmPanel']
+__all__ = ['DRIVE_ROOT', 'FORM_FIELDS', 'in_colab', 'default_root', 'status_html', 'peers_html', 'config_from_form', 'SwarmPanel']
 
 # %% ../nbs/18_panel.ipynb #68bedf3b
 DRIVE_ROOT = "/content/drive/MyDrive/sapo_runs"
@@ -50,6 +50,20 @@ def status_html(rows:list) -> str:
                  _fmt_seconds(r["idle_seconds"]))] + [state]
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-status' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
+
+def peers_html(tables:dict) -> str:
+    "The `monitor.PeerAccounts` tables of the nodes as one HTML table: node, peer, offered, taken, share, refused by reason; flagged peers in red; every value HTML-escaped."
+    rows = [(node, t) for node, table in tables.items() for t in table]
+    if not rows: return ""
+    head = "".join(f"<th style='padding:2px 8px;text-align:right'>{h}</th>" for h in ("node", "peer", "offered", "taken", "share", "refused"))
+    body = []
+    for node, t in rows:
+        why = ", ".join(f"{k} {v}" for k, v in sorted(t["refused"].items(), key=lambda kv: -kv[1])) or "-"
+        if t["flagged"]: why += f" (everything refused in its last {t['streak']} rounds)"
+        cells = [html.escape(str(v)) for v in (node, short_peer(t["peer"]), t["offered"], t["taken"], f"{t['share']:.0%}", why)]
+        style = " style='color:#b00020' class='sapo-flagged'" if t["flagged"] else ""
+        body.append(f"<tr{style}>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
+    return f"<table class='sapo-peers' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
 
 # %% ../nbs/18_panel.ipynb #56282d82
 FORM_FIELDS = dict(model="model", nodes=None, I="local_questions", J="external_questions", G="completions_per_question",
@@ -142,13 +156,14 @@ class SwarmPanel:
         self.message, self.summary = W.HTML(""), W.HTML("")
         self.message.add_class("sapo-message"); self.summary.add_class("sapo-summary")
         self.fig = self._make_figure()
-        self.status = W.HTML("")
+        self.status, self.peers = W.HTML(""), W.HTML("")
         self.log_node = W.Dropdown(options=[], description="log of", layout=W.Layout(width="220px"))
         self.log_view = W.HTML("")
         self.log_node.observe(lambda _: self._guarded(self._update_log), "value")
         form_box = W.VBox([W.VBox([self.fields[k], self.errors[k]]) for k in init] + [W.HBox(list(self.buttons.values()))],
                           layout=W.Layout(width="350px", min_width="350px", flex="0 0 auto"))
-        self.box = W.VBox([W.HBox([form_box, self.fig]), self.message, self.summary, self.status, self.log_node, self.log_view])
+        self.box = W.VBox([W.HBox([form_box, self.fig]), self.message, self.summary, self.status, self.peers, self.log_node,
+                           self.log_view])
         self.box.add_class("sapo-panel")
         self._watch(init["root"], init["experiment"])
 
@@ -234,6 +249,7 @@ def refresh(self:SwarmPanel) -> float:
         states = process_states(self.watcher.dir)
         rows = self.watcher.status(states)
         self.status.value = status_html(rows)
+        self.peers.value = peers_html({n: s.peers.table() for n, s in sorted(self.watcher.nodes.items())})
         nodes = [r["node"] for r in rows]
         if list(self.log_node.options) != nodes:
             keep = self.log_node.value

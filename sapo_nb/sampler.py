@@ -12,9 +12,10 @@ from .core import Group
 from .rewards import ScoringBudget, score_groups
 
 # %% auto #0
-__all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'SCORING_BUDGET', 'ADAPTIVE', 'fair_order', 'rescore', 'has_spread',
-           'paper', 'uniform', 'top_reward', 'first', 'get_strategy', 'round_rng', 'group_key', 'select_external',
-           'FixedIJ', 'ThesisIJ', 'GradientIJ', 'BanditIJ', 'make_controller', 'controller_from_dict']
+__all__ = ['logger', 'REBUILD_REASONS', 'PEERS_PER_ROW', 'STRATEGIES', 'SCORING_BUDGET', 'ADAPTIVE', 'fair_order', 'rescore',
+           'peer_accounts', 'add_refusals', 'top_peers', 'has_spread', 'paper', 'uniform', 'top_reward', 'first',
+           'get_strategy', 'round_rng', 'group_key', 'select_external', 'FixedIJ', 'ThesisIJ', 'GradientIJ', 'BanditIJ',
+           'make_controller', 'controller_from_dict']
 
 # %% ../nbs/09_sampler.ipynb #8a65b12d
 logger = logging.getLogger("sapo_nb.sampler")
@@ -74,16 +75,21 @@ def rescore(candidates: list, # groups from the pool (untrusted)
             mix: str, # this node's mix: every item is rebuilt under it
             budget: ScoringBudget|None=None, # the round's scoring budget (shared fairly among senders); None: no limit
             rng: random.Random|None=None, # the selection's generator: the scoring order derives from it (not advanced)
+            by_sender: Counter|None=None, # if given, also counts `(sender, reason)` of every group not kept
            ) -> tuple[list, Counter]:
     "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally within `budget`; the rest by reason."
     rejected, kept, budget = Counter(), [], budget if budget is not None else ScoringBudget()
+    def refuse(g, why):
+        rejected[why] += 1
+        if by_sender is not None: by_sender[(g.node_id, why)] += 1
     share = budget.seconds / max(len({g.node_id for g in candidates}), 1)  # what one sender's rebuilds may take
     for i in fair_order(candidates, _order_rng(rng if rng is not None else random.Random(0))):
         # rebuilding an item costs time too: charged to its sender, in fair order, within its share of the round's budget
         g = candidates[i]
-        if budget.spent[g.node_id] >= share or budget.used >= budget.seconds: rejected["over_budget"] += 1; continue
-        t = time.perf_counter(); entry, why = _rebuild(g, mix); budget.charge(g.node_id, time.perf_counter() - t)
-        if why: rejected[why] += 1
+        if budget.spent[g.node_id] >= share or budget.used >= budget.seconds: why = "over_budget"
+        else:
+            t = time.perf_counter(); entry, why = _rebuild(g, mix); budget.charge(g.node_id, time.perf_counter() - t)
+        if why: refuse(g, why)
         else: kept.append((i, g, entry))
     keep = [(g, entry) for _, g, entry in sorted(kept, key=lambda t: t[0])]  # back in arrival order
     order = fair_order([g for g, _ in keep], _order_rng(rng if rng is not None else random.Random(0)))
@@ -93,16 +99,41 @@ def rescore(candidates: list, # groups from the pool (untrusted)
     for i, rs in zip(order, scored): results[i] = rs
     out = []
     for (g, entry), rs in zip(keep, results):
-        if isinstance(rs, str) and rs in _UNSCORED: rejected[rs] += 1; continue   # not scored: never trained on
+        if isinstance(rs, str) and rs in _UNSCORED:   # not scored: never trained on
+            refuse(g, rs); continue
         rs = rs if isinstance(rs, Exception) else _valid_rewards(rs, len(g.completions))
         if isinstance(rs, Exception):
             if type(rs) not in _warned:
                 _warned.add(type(rs))
                 logger.warning("local reward_fn failed on an external group from %r: %r (dropped; further "
                                "%s are only counted)", g.node_id, rs, type(rs).__name__)
-            rejected["score_error"] += 1; continue
+            refuse(g, "score_error"); continue
         out.append(replace(g, entry=entry, rewards=rs))
     return out, rejected
+
+def peer_accounts(offered:list, # the round's fresh candidates
+                  taken:list, # the groups picked (top-ups from earlier rounds included)
+                  refused:Counter, # `(sender, reason)` -> groups refused
+                 ) -> dict:
+    "{sender: {'offered': n, 'taken': k, 'refused': {reason: m}}}: what each peer's groups came to in one round."
+    out = {}
+    for g in offered: _account(out, g.node_id)["offered"] += 1
+    for g in taken: _account(out, g.node_id)["taken"] += 1
+    return add_refusals(out, refused)
+
+def _account(accounts:dict, sender) -> dict: return accounts.setdefault(str(sender), dict(offered=0, taken=0, refused={}))
+
+def add_refusals(accounts:dict, refused:Counter) -> dict:
+    "`accounts` (`peer_accounts`) with `(sender, reason) -> count` added to the senders' refusals (files the transport refused, say)."
+    for (s, why), n in refused.items(): r = _account(accounts, s)["refused"]; r[why] = r.get(why, 0) + n
+    return accounts
+
+PEERS_PER_ROW = 32  # peer accounts a metrics row keeps: the senders of most groups (a flood of names cannot grow a row)
+
+def top_peers(accounts:dict, limit:int=PEERS_PER_ROW) -> dict:
+    "The `limit` accounts with the most groups offered or refused, in name order."
+    weight = lambda kv: -(kv[1]["offered"] + sum(kv[1]["refused"].values()))
+    return dict(sorted(sorted(accounts.items(), key=weight)[:limit]))
 
 def has_spread(group) -> bool:
     "True unless all G rewards are equal (then every group-relative advantage is zero)."
@@ -186,13 +217,15 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
     is_fresh = lambda g: fresh_from is None or (g.round or 0) >= fresh_from
     fresh = [g for g in candidates if is_fresh(g)]
     older = [g for g in candidates if not is_fresh(g) and group_key(g) not in (trained or ())]
-    scored, rejected = rescore(fresh, reward_fn, mix, budget, rng)
+    refused = Counter()
+    scored, rejected = rescore(fresh, reward_fn, mix, budget, rng, by_sender=refused)
     picked = _pick(fn, scored, J, rng)
     if len(picked) < J and older:  # re-scored only when needed, within what the budget has left
         topped = rescore(older, reward_fn, mix, budget, rng)[0]
         picked += _pick(fn, [g for g in topped if has_spread(g)], J - len(picked), rng)
     zero = sum(not has_spread(g) for g in scored)
-    info = dict(strategy=getattr(fn, "__name__", str(fn)), requested=J, available=len(fresh), rejected=dict(rejected),
+    if getattr(fn, "drops_zero_spread", False): refused.update((g.node_id, "zero_spread") for g in scored if not has_spread(g))
+    info = dict(peers=peer_accounts(fresh, picked, refused), strategy=getattr(fn, "__name__", str(fn)), requested=J, available=len(fresh), rejected=dict(rejected),
                 score_errors=rejected["score_error"], over_budget=rejected["over_budget"], zero_spread=zero,
                 zero_spread_dropped=zero if getattr(fn, "drops_zero_spread", False) else 0,
                 selected=len(picked), short=J - len(picked), topped_up=sum(not is_fresh(g) for g in picked),

@@ -15,10 +15,10 @@ from .core import (experiment_dir, metrics_path, read_jsonl, atomic_write, open_
 from .node import progress_line, sample_together, NodeLease, NodeRunning
 
 # %% auto #0
-__all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'write_swarm_config', 'available_cores',
-           'thread_share', 'set_threads', 'UnsupportedPlatform', 'require_process_groups', 'run_node', 'node_process',
-           'ProcessSwarm', 'swarm_key', 'read_pid_file', 'node_processes', 'process_states', 'stop_nodes', 'stop_swarm',
-           'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
+__all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_startable', 'write_swarm_config',
+           'available_cores', 'thread_share', 'set_threads', 'UnsupportedPlatform', 'require_process_groups',
+           'run_node', 'node_process', 'ProcessSwarm', 'swarm_key', 'read_pid_file', 'node_processes', 'process_states',
+           'stop_nodes', 'stop_swarm', 'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
 
 # %% ../nbs/13_swarm.ipynb #1ea0808c
 def parse_override(text:str) -> tuple:
@@ -60,6 +60,7 @@ def run_inline(cfgs:list, log=print, build=None) -> dict:
     "Run the nodes of `cfgs` in this process, one round each in turn. Returns {node_id: 'done' | error text}."
     from sapo_nb.node import SwarmNode
     from sapo_nb.node import open_transport
+    check_startable(cfgs)  # nothing is written for a run that cannot start
     shared = open_transport(cfgs[0]) if cfgs[0].transport == "memory" else None
     write_swarm_config(cfgs)
     if warning := pool_shortfall(cfgs): log(warning)
@@ -93,8 +94,17 @@ def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
             if row is not None: n.show_progress(row)
     return {i: result.get(i, "done") for i in nodes}
 
+def check_startable(cfgs:list):
+    "Fail, in one line (`ConfigError`), before anything is written, when a node could not start: a device this machine lacks, a model that cannot be found."
+    from sapo_nb.models import resolve_device, locate_model, ModelLoadError
+    for device, model in dict.fromkeys((c.device, c.model) for c in cfgs):
+        try: resolve_device(device)
+        except ValueError as e: raise ConfigError(f"SAPOConfig.device: {e}") from None
+        try: locate_model(model)
+        except ModelLoadError as e: raise ConfigError(f"SAPOConfig.model: {e}") from None
+
 def write_swarm_config(cfgs:list):
-    "Record the swarm's configs next to its results: `<root>/<experiment>/config.json`."
+    "Record the swarm's configs next to its results: `<root>/<experiment>/config.json` (after `check_startable`)."
     d = experiment_dir(cfgs[0])
     atomic_write(d / "config.json", json.dumps({"nodes": [c.to_dict() for c in cfgs]}, indent=1))
 
@@ -159,6 +169,7 @@ class ProcessSwarm:
             raise ConfigError("SAPOConfig.transport: got 'memory'; allowed in process mode: folder, hivemind (or use --mode inline)")
         self.cfgs, self.procs = cfgs, {}
         self.threads = thread_share(len(cfgs)) if threads is None else threads
+        check_startable(cfgs)  # nothing is written for a run that cannot start
         write_swarm_config(cfgs)
 
     def start(self):

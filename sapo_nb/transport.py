@@ -232,6 +232,7 @@ class Transport:
     def __init__(self, limits: PoolLimits|None=None, experiment: str="sapo", key_dir: str|Path|None=None):
         self.limits, self.experiment, self.key_dir = limits or PoolLimits(), experiment, key_dir
         self.rejects, self.dropped, self.unpublished = Counter(), Counter(), Counter()
+        self.refused_from = Counter()  # (sender as named, reason) -> files refused since `take_refusals` last ran
         self._logged, self._counted, self._cache = set(), set(), {}
         self._keys, self._ids = {}, {}  # alias -> our private key, alias -> our wire id
         self._own = set()  # the wire ids we published under
@@ -397,7 +398,10 @@ def _read_entry(self: Transport, round, e: Entry, budget: int):
             if size > budget: self._count_drop("over_bytes", round, e.key); return None
             groups, why = decode_rollout(data, round, self.limits, expected_node=e.node,
                                          expected_experiment=self.experiment, expected_swarm=self.swarm)
-    for j, r in enumerate(why): self._reject(r, where, once + (r, j))
+    for j, r in enumerate(why):
+        if once + (r, j) not in self._counted and len(self.refused_from) < 4 * self.limits.max_files_per_round:
+            self.refused_from[(e.node, r)] += 1  # by the name it came under: a label, unverified when the reason is its signature
+        self._reject(r, where, once + (r, j))
     self._cache[(round, e.key)] = (e.stamp, size, groups)
     if (groups or not why) and (e.node in self._seen or len(self._seen) < 4 * self.limits.max_files_per_round):
         self._seen.setdefault(e.node, round)
@@ -457,6 +461,12 @@ def rounds(self: Transport) -> list:
 def peers(self: Transport) -> list:
     "Sorted wire ids (`<alias>.<fingerprint>`) whose rollouts this transport accepted, and our own."
     return sorted(set(self._seen) | self._own)
+
+@patch
+def take_refusals(self: Transport) -> Counter:
+    "The files refused since the last call, as `{(sender as named, reason): count}`, and start counting afresh."
+    out, self.refused_from = self.refused_from, Counter()
+    return out
 
 @patch
 def cleanup(self: Transport, keep_rounds: int, # rounds to keep, counting back from `current_round`; 0 keeps everything

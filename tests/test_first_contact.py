@@ -123,7 +123,8 @@ def test_keep_checkpoints_flag(tmp_path):
 
 def test_stopped_swarm_keeps_checkpoints_to_resume(tmp_path):
     "A swarm whose node failed part-way keeps the checkpoints and says that the same command resumes it."
-    code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--mode", "process", "--override", "node-1:model=/nonexistent/model")
+    (tmp_path / "sapo" / "logs" / "node-1" / "metrics.jsonl").mkdir(parents=True)  # node-1 stops at its first row
+    code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--mode", "process")
     assert code == 1 and "node-1" in err
     assert (tmp_path / "sapo" / "checkpoints" / "node-0" / "round_2" / "complete").exists()
     assert "checkpoints kept: the run stopped before its last round, and the same command resumes it" in out, out
@@ -190,7 +191,7 @@ def test_ending_says_what_happened(tmp_path):
 
 
 def test_status_shows_a_finished_node_as_done(tmp_path):
-    "A node that logged its last round reads `done` in `sapo status` and the panel, however long ago; an unfinished one `stale`."
+    "A node that logged its last round reads `done` in `sapo status` and the panel, however long ago; an unfinished one `stopped` (no process holds its lease)."
     exp = tmp_path / "exp"
     row = lambda r, node: {"round": r, "node_id": node, "I": 2, "J": 0, "reward_train": 0.5, "pool_selected": 0,
                            "pool_available": 0, "seconds": {"total": 2.0}, "time": 1000.0 + r}
@@ -199,13 +200,13 @@ def test_status_shows_a_finished_node_as_done(tmp_path):
         p.write_text("".join(json.dumps(row(r, node)) + "\n" for r in range(rounds)))
     (exp / "config.json").write_text(json.dumps({"nodes": [dict(node_id="node-0", rounds=3), dict(node_id="node-1", rounds=3)]}))
     st = swarm_status(tmp_path, "exp", now=10**6)
-    assert [(s["node"], s["state"]) for s in st] == [("node-0", "done"), ("node-1", "stale")]
+    assert [(s["node"], s["state"]) for s in st] == [("node-0", "done"), ("node-1", "stopped")]
     assert re.search(r"node-0 +3/3 .* done", format_status(st))
     w = SwarmWatcher(tmp_path, "exp"); w.refresh()
-    assert [r["state"] for r in w.status(now=10**6)] == ["done", "stale"]
+    assert [r["state"] for r in w.status(now=10**6)] == ["done", "stopped"]
     for junk in ("[" * 100_000, json.dumps({"nodes": [dict(node_id="node-0", rounds="3")]}), "{torn"):  # untrusted: never a crash
         (exp / "config.json").write_text(junk)
-        assert [s["state"] for s in swarm_status(tmp_path, "exp", now=10**6)] == ["stale", "stale"]
+        assert [s["state"] for s in swarm_status(tmp_path, "exp", now=10**6)] == ["stopped", "stopped"]
 
 
 # --- platforms ------------------------------------------------------------------------------------------------------

@@ -1,0 +1,113 @@
+"""A run is never lost by running a command again: one named test per way the CLI used to lose or hide one.
+
+Running a finished run's command again, resuming a run stopped before its first checkpoint, a start that fails next
+to a finished run, Ctrl-C, an expected error and `--help`: each test fails on the code before the fix (rows were
+replaced, config files overwritten, `sapo: stopped` said nothing, `--help` showed the paper's defaults). Tiny model.
+"""
+import json, time
+from pathlib import Path
+
+import pytest
+
+from conftest import sapo_cli, tiny_config
+from sapo_nb.core import metrics_path
+from sapo_nb.node import SwarmNode
+from sapo_nb.transport import MemoryTransport
+
+pytestmark = pytest.mark.usefixtures("private_keys")
+
+SWARM = ["swarm", "--model", "tiny", "--nodes", "2", "--rounds", "2", "-G", "3", "--max-new-tokens", "6",
+         "--eval-questions", "4", "--experiment", "run"]
+
+
+def records(root) -> dict:
+    "Every file a run leaves under its experiment folder (checkpoints aside), with its bytes."
+    exp = Path(root) / "run"
+    return {str(p.relative_to(exp)): p.read_bytes() for p in sorted(exp.rglob("*"))
+            if p.is_file() and "checkpoints" not in p.parts and "locks" not in p.parts}
+
+
+def test_rerunning_a_finished_run_changes_nothing(tmp_path):
+    "The same command after a run finished: it says so, trains nothing, and every metrics row, record and config stays."
+    assert sapo_cli(*SWARM, "--root", tmp_path)[0] == 0
+    before = records(tmp_path)
+    code, out, err = sapo_cli(*SWARM, "--root", tmp_path)
+    assert code == 0 and "finished: its 2 rounds are in" in out
+    assert records(tmp_path) == before
+
+
+def test_run_stopped_before_its_first_checkpoint_keeps_its_rows_aside(tmp_path):
+    "Two rounds logged, no checkpoint (stopped before the first): the node says it starts over and keeps the rows aside."
+    cfg = tiny_config(tmp_path, rounds=4, checkpoint_every=0)
+    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None); n.resume(); n.step(); n.step(); n.close()
+    first = metrics_path(cfg).read_text()
+    said = []
+    SwarmNode(cfg, transport=MemoryTransport(), log=said.append).run(on_round=lambda row: None)
+    aside = list(metrics_path(cfg).parent.glob("metrics.before-*.jsonl"))
+    assert len(aside) == 1 and aside[0].read_text() == first
+    assert any("starting over from round 0" in s and str(aside[0]) in s for s in said)
+    assert [json.loads(l)["round"] for l in metrics_path(cfg).read_text().splitlines()] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("flags, why", [(["--model", "/nonexistent/model"], "SAPOConfig.model"),
+                                        (["--device", "cuda"], "SAPOConfig.device")])
+def test_failed_start_next_to_a_finished_run_writes_nothing(tmp_path, flags, why):
+    "A start that cannot load its model or device, in a finished run's folder: one line, and no byte of the run changes."
+    pytest.importorskip("torch")
+    import torch
+    if flags[0] == "--device" and torch.cuda.is_available(): pytest.skip("this machine has CUDA")
+    assert sapo_cli(*SWARM, "--root", tmp_path)[0] == 0
+    before = records(tmp_path)
+    code, out, err = sapo_cli(*SWARM, "--root", tmp_path, *flags)
+    assert code == 2 and err.startswith(f"sapo: {why}") and err.count("\n") == 1 and "Traceback" not in err
+    assert records(tmp_path) == before
+
+
+def test_ctrl_c_says_what_was_kept_and_the_command_that_goes_on(tmp_path, monkeypatch):
+    "Ctrl-C part-way: per node the rounds logged and the checkpoint it resumes from, and the command to run again."
+    import sapo_nb.swarm as swarm
+    run_inline = swarm.run_inline
+    def interrupted(cfgs, **kw):
+        nodes = [SwarmNode(c, log=lambda *_: None) for c in cfgs]
+        for n in nodes: n.resume(); n.step()
+        for n in nodes: n.close()
+        raise KeyboardInterrupt
+    monkeypatch.setattr(swarm, "run_inline", interrupted)
+    args = [*SWARM, "--root", str(tmp_path), "--rounds", "5", "--checkpoint-every", "1"]
+    code, out, err = sapo_cli(*args)
+    assert code == 130
+    assert "node-0: 1 round(s) logged; resumes after round 1" in err and "node-1: 1 round(s) logged" in err
+    assert err.strip().endswith("The same command goes on: sapo " + " ".join(args))
+    monkeypatch.setattr(swarm, "run_inline", run_inline)
+    assert sapo_cli(*args)[0] == 0  # ... and it does
+
+
+def test_help_shows_the_defaults_the_bare_command_uses():
+    "`sapo swarm --help` shows the laptop preset's values (what a bare `sapo swarm` runs); `sapo node --help` the paper's."
+    import contextlib, io
+    from sapo_nb.cli import main
+    def help_of(cmd):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit): main([cmd, "--help"])
+        return " ".join(out.getvalue().split())
+    swarm, node = help_of("swarm"), help_of("node")
+    assert "training rounds to run (default: 10)" in swarm and "(default: 'lora')" in swarm and "(default: laptop)" in swarm
+    assert "training rounds to run (default: 2000)" in node and "(default: 'none')" in node
+
+
+def test_status_knows_an_exited_node(tmp_path):
+    "A node that stopped part-way (its lease released), and one killed (its lease naming a dead pid): `stopped`, not `alive`."
+    import os, socket, subprocess, sys
+    from sapo_nb.monitor import swarm_status
+    from sapo_nb.node import lease_path
+    for node_id in ("node-0", "node-1"):
+        cfg = tiny_config(tmp_path, node_id=node_id, experiment="run")
+        n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None); n.resume(); n.step()
+        assert {r["node"]: r["state"] for r in swarm_status(tmp_path, "run")}[node_id] == "alive"  # it holds its lease
+        n.close()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    lease_path(tiny_config(tmp_path, node_id="node-1", experiment="run")).write_text(
+        json.dumps(dict(host=socket.gethostname(), pid=int(dead), token="x", heartbeat=time.time())))
+    assert {r["node"]: r["state"] for r in swarm_status(tmp_path, "run")} == {"node-0": "stopped", "node-1": "stopped"}
+    code, out, _ = sapo_cli("status", "--root", tmp_path, "--experiment", "run")
+    assert out.count("stopped") == 2 and "alive" not in out

@@ -1,0 +1,76 @@
+"""Peers you can see: per node and per peer, what was offered, taken and refused (by reason), in the metrics,
+`sapo status`, the panel and the report. A three-node swarm runs beside a peer that publishes junk every round; the
+junk's refusals and the honest peers' contributions must show in each view. Tiny model, a few seconds.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import sapo_cli
+from sapo_nb.config import SAPOConfig
+from sapo_nb.core import metrics_path, read_jsonl
+from sapo_nb.swarm import node_configs, run_inline
+
+pytestmark = pytest.mark.usefixtures("private_keys")
+
+JUNK = "junk." + "0123456789abcdef0123"  # a well-formed wire id; its files are not JSON
+
+
+@pytest.fixture(scope="module")
+def swarm(tmp_path_factory):
+    mp = pytest.MonkeyPatch(); mp.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+    root = tmp_path_factory.mktemp("peers")
+    cfg = SAPOConfig(model="tiny", mix="quick", root=str(root), experiment="exp", local_questions=2, external_questions=2,
+                     completions_per_question=3, max_new_tokens=6, rounds=6, eval_every=0, checkpoint_every=0,
+                     learning_rate=1e-3, temperature=1.5)
+    for r in range(cfg.rounds):  # the junk peer's file of every round, there before anyone collects
+        d = root / "exp" / "rollouts" / f"round_{r}"; d.mkdir(parents=True); (d / f"{JUNK}.json").write_bytes(b"not json")
+    def build(c, **kw):  # a reward with spread (the tiny model never answers right): honest groups get taken
+        from sapo_nb.node import SwarmNode
+        n = SwarmNode(c, **kw); n.reward_fn = lambda entry, completions: [float(len(x) % 2) for x in completions]
+        return n
+    assert set(run_inline(node_configs(cfg, 3), log=lambda *_: None, build=build).values()) == {"done"}
+    yield root, cfg
+    mp.undo()
+
+
+def test_metrics_rows_account_for_every_peer(swarm):
+    "Each row names every sender: the junk peer's file refused as bad_json, the honest peers' groups offered and taken."
+    root, cfg = swarm
+    rows = read_jsonl(metrics_path(cfg.replace(node_id="node-0")))
+    assert all(r["peers"][JUNK] == dict(offered=0, taken=0, refused={"bad_json": 1}) for r in rows)
+    honest = [p for p in rows[-1]["peers"] if p.startswith(("node-1.", "node-2."))]
+    assert len(honest) == 2 and sum(r["peers"][p]["offered"] for r in rows for p in honest) > 0
+    assert sum(a["taken"] for r in rows for a in r["peers"].values()) == sum(r["pool_selected"] for r in rows)
+
+
+def test_status_shows_refusals_by_reason_and_flags_the_junk_peer(swarm):
+    "`sapo status`: a block per node, the junk peer with `bad_json 6` flagged, the honest peers with their share."
+    root, _ = swarm
+    code, out, err = sapo_cli("status", "--root", root, "--experiment", "exp")
+    assert code == 0 and out.count("peers of node-") == 3
+    junk = [l for l in out.splitlines() if l.strip().startswith("junk.012345")]
+    assert len(junk) == 3 and all("bad_json 6" in l and "everything refused in its last 6 rounds" in l for l in junk)
+    honest = [l for l in out.splitlines() if l.strip().startswith(("node-1.", "node-2.")) and "%" in l]
+    assert honest and any(not l.split()[3].startswith("0%") for l in honest)
+
+
+def test_panel_shows_a_peers_table_with_the_junk_peer_flagged(swarm):
+    "The panel's peers table: a row per node and peer, the junk peer's rows marked flagged, every value escaped."
+    from sapo_nb.panel import SwarmPanel
+    root, _ = swarm
+    p = SwarmPanel(root=str(root), experiment="exp", interval=None)
+    p.refresh()
+    html = p.peers.value
+    assert html.count("class='sapo-flagged'") == 3 and html.count("junk.012345") == 3 and "bad_json 6" in html
+    assert "node-1." in html and "node-2." in html
+    p.close()
+
+
+def test_report_has_a_peers_section(swarm):
+    "`sapo report`: a Peers section with the junk peer flagged."
+    root, _ = swarm
+    code, out, err = sapo_cli("report", root / "exp", "--out", root / "report.html")
+    page = (root / "report.html").read_text()
+    assert code == 0 and "<h2>Peers</h2>" in page and "junk.012345" in page and "bad_json 6" in page
