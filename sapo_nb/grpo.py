@@ -144,8 +144,9 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
                            with_entropy:bool=False):
     "`token_logprobs` of a right-padded batch, each distinct prompt (rows with the same `groups` id) run once."
     torch = _torch()
-    checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers 5; `is_gradient_checkpointing` before
-    if checkpointing is None: checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model asks its base
+    checkpointing = getattr(inner, "is_activation_checkpointing", None)  # transformers 5; `is_gradient_checkpointing` before
+    if checkpointing is None: checkpointing = getattr(inner, "is_gradient_checkpointing", False)
     if checkpointing or (arg := cache_argument(model)) is None: return None
     B, T = input_ids.shape
     dev = input_ids.device

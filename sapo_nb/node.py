@@ -5,6 +5,7 @@
 # %% ../nbs/12_node.ipynb #c183dd6d
 from __future__ import annotations
 import hashlib, io, json, math, os, random, secrets, shutil, socket, stat, threading, time, weakref
+from collections import deque
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
@@ -15,12 +16,12 @@ from .core import (Group, RoundMetrics, UnsafePath, atomic_write, open_regular, 
                           experiment_dir, metrics_path, checkpoint_dir, eval_records_path, provenance_path, provenance)
 
 # %% auto #0
-__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED', 'EXPORT_FORMS',
-           'truncate_metrics', 'NodeRunning', 'lease_file', 'lease_path', 'read_lease', 'lease_alive', 'NodeLease',
-           'CheckpointError', 'save_checkpoint', 'checkpoint_rounds', 'checkpoint_bytes', 'checkpoint_state',
-           'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport', 'node_policy', 'SwarmNode',
-           'wait_target', 'ResumeError', 'progress_line', 'adapter_model', 'ExportError', 'gguf_converter',
-           'save_model', 'sample_together']
+__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED', 'PROGRESS_WINDOW',
+           'EXPORT_FORMS', 'truncate_metrics', 'NodeRunning', 'lease_file', 'lease_path', 'read_lease', 'lease_alive',
+           'NodeLease', 'CheckpointError', 'save_checkpoint', 'checkpoint_rounds', 'checkpoint_bytes',
+           'checkpoint_state', 'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport',
+           'node_policy', 'SwarmNode', 'wait_target', 'ResumeError', 'progress_line', 'adapter_model', 'ExportError',
+           'gguf_converter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
@@ -534,7 +535,10 @@ def evaluate(self:SwarmNode, r:int, when:str="final"):
     entries = self._eval_set if when != "curve" else self._eval_set[:cfg.eval_curve_questions]
     key = _base_key(cfg, self.policy) if when == "base" else None
     by, res = _BASE_EVALS.get(key, (cfg.node_id, None))  # nodes of one process on one base model evaluate it once
-    if res is None: res = evaluate(self.policy, entries, self.format_prompt, self._eval_reward, cfg.max_new_tokens)
+    if res is None:  # minutes on a CPU for a few hundred questions: say so before, not after
+        self.log(f"{cfg.node_id}: held-out evaluation of the {'base' if when == 'base' else 'trained'} policy "
+                 f"({len(entries)} questions, greedy)...")
+        res = evaluate(self.policy, entries, self.format_prompt, self._eval_reward, cfg.max_new_tokens)
     if key is not None: _BASE_EVALS.setdefault(key, (cfg.node_id, res))
     append_jsonl(eval_records_path(cfg), dict(round=r, node_id=cfg.node_id, when=when, mix=cfg.mix, n=res.n, pass1=res.pass1,
                                              evaluated_by=by, items=res.items))
@@ -629,6 +633,7 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
     if self.round >= self.cfg.rounds:  # a finished run run again: nothing to do, nothing written
         self.log(f"{self.cfg.node_id}: finished: its {self.round} rounds are in {metrics_path(self.cfg)}; nothing to do "
                  f"(a larger --rounds extends a run whose checkpoints were kept: --keep-checkpoints)"); return self.round
+    self.cfg.to_json(metrics_path(self.cfg).parent / "config.json")  # what `sapo save-model` and the readers go by
     append_jsonl(provenance_path(self.cfg), dict(round=self.round, time=time.time(), node_id=self.cfg.node_id, **provenance(
         str(pol.device), _dtype_name(getattr(pol.model, "dtype", None)), _dtype_name(pol.compute_dtype))))
     return self.round
@@ -708,20 +713,26 @@ def run(self:SwarmNode, join_current:bool=False, on_round=None) -> int:
         return n
     finally: self.close()
 
+PROGRESS_WINDOW = 5  # rows whose spacing the ETA averages: a stall or a slow round moves it by a fifth, not all the way
+
 def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
-    """One line of progress for a metrics row; the ETA uses `wall_per_round` (seconds between rows) when known.
+    """One line of progress for a metrics row; the ETA uses `wall_per_round` (seconds between rows), `-` until it is known.
     `external k/n +m earlier`: k groups taken of the n the round offered, and m that topped J up from earlier rounds."""
     s, r, up = row["seconds"]["total"], row["reward_train"], row.get("pool_topped_up") or 0
-    eta = (wall_per_round or s) * (rounds - row["round"] - 1) / 60
+    left = rounds - row["round"] - 1
+    eta = "-" if wall_per_round is None and left else f"{(wall_per_round or s) * left / 60:.1f} min"
     return (f"{row['node_id']:>10} round {row['round'] + 1}/{rounds}  reward {'  -  ' if r is None else f'{r:.3f}'}  "
             f"I/J {row['I']}/{row['J']}  external {row['pool_selected'] - up}/{row['pool_available']}"
-            + (f" +{up} earlier" if up else "") + f"  {s:.1f} s/round  ETA {eta:.1f} min")
+            + (f" +{up} earlier" if up else "") + f"  {s:.1f} s/round  ETA {eta}")
 
 @patch
 def show_progress(self:SwarmNode, row:dict):
-    "Log one progress line for `row` (the ETA from the time between this node's rows)."
+    "Log one progress line for `row`; its ETA from the mean time between this node's last rows (shown from the third row on)."
     last, self._last_row_time = getattr(self, "_last_row_time", None), row["time"]
-    self.log(progress_line(row, self.cfg.rounds, None if last is None else row["time"] - last))
+    if getattr(self, "_row_gaps", None) is None: self._row_gaps = deque(maxlen=PROGRESS_WINDOW)
+    if last is not None: self._row_gaps.append(row["time"] - last)
+    steady = len(self._row_gaps) >= 2  # one gap alone is the first round's warm-up, or a wait
+    self.log(progress_line(row, self.cfg.rounds, sum(self._row_gaps) / len(self._row_gaps) if steady else None))
 
 # %% ../nbs/12_node.ipynb #6fdb800b
 def adapter_model(cfg:SAPOConfig, # an adapter node's config

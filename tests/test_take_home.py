@@ -1,0 +1,112 @@
+"""A model to take home: a trained node saved as a merged transformers model, as its LoRA adapter alone, as GGUF
+(where llama.cpp's converter is installed) and pushed to a hub, each read back answering exactly as the node did.
+Tiny model, a LoRA node trained for two rounds; a local folder stands in for the hub, a stub for the converter.
+"""
+import os, shutil, stat, sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import sapo_cli, tiny_config
+from sapo_nb.generation import generate_completions
+from sapo_nb.models import load_policy, push_to_hub
+from sapo_nb.node import SwarmNode, ExportError, save_model
+from sapo_nb.transport import MemoryTransport
+
+pytestmark = pytest.mark.usefixtures("private_keys")
+
+PROMPTS = ["What is 3 + 4?", "Calculate 12 - 5."]
+
+
+def greedy(model, tokenizer) -> list:
+    return generate_completions(model, tokenizer, PROMPTS, 1, 8, temperature=0, backend="generate").texts
+
+
+@pytest.fixture
+def trained(tmp_path):
+    "A LoRA node trained two rounds (its checkpoint kept) and the greedy answers of its trained policy."
+    cfg = tiny_config(tmp_path, adapter="lora", rounds=2, learning_rate=1e-2, experiment="run")
+    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
+    n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]  # spread: the tiny model learns
+    n.resume(); n.step(); n.step()
+    assert any(v.abs().sum() > 0 for k, v in n.policy.state_dict().items() if "lora_B" in k)  # it trained
+    answers = greedy(n.policy.sampler(), n.policy.tokenizer)
+    n.close()
+    return cfg, answers
+
+
+def test_merged_model_answers_as_the_node(trained, tmp_path):
+    "`save_model` (merged): a whole model that `load_policy` reads, no peft needed, with the node's greedy answers."
+    cfg, answers = trained
+    out = save_model(cfg, tmp_path / "merged", log=lambda *_: None)
+    assert not (out / "adapter_config.json").exists()
+    p = load_policy(str(out), device="cpu")
+    assert greedy(p.model, p.tokenizer) == answers
+
+
+def test_adapter_alone_answers_as_the_node_on_its_base(trained, tmp_path):
+    "`save_model(form='adapter')`: peft's adapter folder (small), which on the base answers as the node did."
+    from peft import PeftModel
+    cfg, answers = trained
+    out = save_model(cfg, tmp_path / "adapter", form="adapter", log=lambda *_: None)
+    assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()
+    base = load_policy("tiny", device="cpu")
+    assert greedy(PeftModel.from_pretrained(base.model, str(out)), base.tokenizer) == answers
+
+
+def test_adapter_of_a_full_node_is_refused_in_one_line(tmp_path):
+    "A node that trained every weight has no adapter: a one-line error that says what to use."
+    cfg = tiny_config(tmp_path, rounds=1)
+    SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None).run(on_round=lambda r: None)
+    with pytest.raises(ExportError, match="no adapter to save; use 'merged'"): save_model(cfg, tmp_path / "a", form="adapter")
+    assert not (tmp_path / "a").exists()
+
+
+def test_gguf_without_the_converter_says_how_to_get_it(trained, tmp_path, monkeypatch):
+    "No llama.cpp converter here: one line naming it and how to install it; nothing written."
+    monkeypatch.delenv("LLAMA_CPP", raising=False); monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ExportError, match="llama.cpp"): save_model(trained[0], tmp_path / "g", form="gguf")
+    assert not (tmp_path / "g").exists()
+
+
+def test_gguf_hands_the_merged_model_to_the_converter(trained, tmp_path, monkeypatch):
+    "With a converter on the PATH (a stub here), it gets the merged transformers folder and writes `model.gguf`."
+    bin_ = tmp_path / "bin"; bin_.mkdir()
+    stub = bin_ / "convert_hf_to_gguf.py"
+    stub.write_text(f"#!{sys.executable}\nimport sys, pathlib\nsrc = pathlib.Path(sys.argv[1])\n"
+                    "assert (src / 'config.json').is_file() and any(src.glob('*.safetensors'))\n"
+                    "out = pathlib.Path(sys.argv[sys.argv.index('--outfile') + 1]); out.write_bytes(b'GGUF' + (src / 'config.json').read_bytes())\n")
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.delenv("LLAMA_CPP", raising=False); monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    out = save_model(trained[0], tmp_path / "g", form="gguf", log=lambda *_: None)
+    assert (out / "model.gguf").read_bytes().startswith(b"GGUF{")
+
+
+class LocalHub:
+    "A stand-in for `huggingface_hub.HfApi`: repositories are folders under `root`."
+    def __init__(self, root): self.root, self.created = Path(root), []
+    def create_repo(self, repo_id, private=True, exist_ok=False):
+        self.created.append((repo_id, private)); (self.root / repo_id).mkdir(parents=True, exist_ok=exist_ok)
+        return f"https://hub.example/{repo_id}"
+    def upload_folder(self, folder_path, repo_id, commit_message=""):
+        shutil.copytree(folder_path, self.root / repo_id, dirs_exist_ok=True)
+
+
+def test_push_to_hub_uploads_a_model_that_answers_as_the_node(trained, tmp_path):
+    "`push_to_hub`: a private repository by default, the saved folder uploaded whole, read back with the node's answers."
+    cfg, answers = trained
+    hub = LocalHub(tmp_path / "hub")
+    url = push_to_hub(save_model(cfg, tmp_path / "m", log=lambda *_: None), "me/sapo-node", api=hub)
+    assert url.endswith("me/sapo-node") and hub.created == [("me/sapo-node", True)]
+    p = load_policy(str(tmp_path / "hub" / "me" / "sapo-node"), device="cpu")
+    assert greedy(p.model, p.tokenizer) == answers
+    with pytest.raises(ValueError, match="repo_id"): push_to_hub(tmp_path / "m", "not a repo id", api=hub)
+    with pytest.raises(ValueError, match="holds no saved model"): push_to_hub(tmp_path, "me/x", api=hub)
+
+
+def test_cli_saves_an_adapter(trained, tmp_path):
+    "`sapo save-model RUN --as adapter`: exit 0 and the adapter folder."
+    cfg, _ = trained
+    code, out, err = sapo_cli("save-model", Path(cfg.root) / "run", "--node", "node-0", "--to", tmp_path / "cli", "--as", "adapter")
+    assert code == 0 and (tmp_path / "cli" / "adapter_config.json").is_file(), err
