@@ -334,7 +334,8 @@ PRESETS = dict(
     cpu=dict(mix="quick", **_mix_generation("quick"), local_questions=2, external_questions=2, completions_per_question=4,
              rounds=10, learning_rate=1e-5, checkpoint_every=5),
 )
-PRESETS["laptop"] = dict(PRESETS["cpu"], adapter="lora", learning_rate=dict(lora=1e-4, none=PRESETS["cpu"]["learning_rate"]))
+PRESETS["laptop"] = dict(PRESETS["cpu"], adapter="lora", learning_rate=dict(lora=1e-4, none=PRESETS["cpu"]["learning_rate"]),
+                         checkpoints_kept=2)  # 15 MB each: the one before the newest stays, for a newest damaged on disk
 
 def _preset_values(name):
     if name not in PRESETS: raise ConfigError(f"preset: got {name!r}; allowed: {', '.join(PRESETS)}")

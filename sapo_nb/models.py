@@ -20,7 +20,7 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy',
            'narrow_frozen_linears', 'lora_config', 'lora_policy']
 
-# %% ../nbs/04_models.ipynb #a50619ae
+# %% ../nbs/04_models.ipynb #2ef9ae26
 # peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
 # warning raised by calls sapo_nb does not make, that no user can act on, so it is not shown
 warnings.filterwarnings("ignore", message=r".*`is_gradient_checkpointing` is deprecated", category=FutureWarning)

@@ -113,11 +113,11 @@ def test_finished_swarm_removes_its_checkpoints(tmp_path):
 
 
 def test_keep_checkpoints_flag(tmp_path):
-    "`--keep-checkpoints` keeps a finished run's checkpoints (one per node) and says how to remove them."
+    "`--keep-checkpoints` keeps a finished run's checkpoints (the bare command's LoRA nodes: two each) and says how to remove them."
     code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--keep-checkpoints")
     assert code == 0, err
     ck = tmp_path / "sapo" / "checkpoints"
-    assert sorted(str(p.relative_to(ck)) for p in ck.glob("*/round_*")) == ["node-0/round_2", "node-1/round_2"]
+    assert sorted(str(p.relative_to(ck)) for p in ck.glob("*/round_*")) == [f"node-{i}/round_{r}" for i in (0, 1) for r in (1, 2)]
     assert "checkpoints kept (sapo clean" in out
 
 

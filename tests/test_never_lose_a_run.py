@@ -111,3 +111,17 @@ def test_status_knows_an_exited_node(tmp_path):
     assert {r["node"]: r["state"] for r in swarm_status(tmp_path, "run")} == {"node-0": "stopped", "node-1": "stopped"}
     code, out, _ = sapo_cli("status", "--root", tmp_path, "--experiment", "run")
     assert out.count("stopped") == 2 and "alive" not in out
+
+
+def test_damaged_newest_checkpoint_falls_back_under_the_bare_commands_settings(tmp_path):
+    "The bare `sapo swarm`'s nodes (the laptop preset) keep two checkpoints: a newest one damaged on disk falls back to the one before."
+    from sapo_nb.config import preset
+    from sapo_nb.core import checkpoint_dir
+    cfg = preset("laptop", model="tiny", root=str(tmp_path), rounds=3, checkpoint_every=1, max_new_tokens=6, eval_every=0,
+                 transport="memory", external_questions=0)
+    SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None).run(on_round=lambda r: None)
+    (checkpoint_dir(cfg) / "round_2" / "model.safetensors").write_bytes(b"damaged")
+    said = []
+    n = SwarmNode(cfg.replace(rounds=4), transport=MemoryTransport(), log=said.append)
+    assert n.resume() == 2 and any("checkpoint of round 2 skipped" in s for s in said)
+    n.close()
