@@ -457,7 +457,7 @@ def token_picker(temperature:float=1.0, top_p:float=1.0, uniforms=None):
     warp, sampler = sampling_processors(temperature, top_p), InverseCDFSampler()
     def draw(logits, rows=None, t=None):
         u = None if uniforms is None else uniforms[rows.to(uniforms.device), t]
-        return sampler.draw(warp(None, logits), u)
+        return sampler.draw(warp(None, logits.float()), u)  # in float32, as `generate` warps: top-p's cut on rounded logits moves
     return draw
 
 # %% ../nbs/05_generation.ipynb #4c40f37b

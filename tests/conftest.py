@@ -1,10 +1,12 @@
 """pytest configuration and the helpers the tests in tests/ share.
 
-`private_keys` gives a test its own key folder; `tiny_config` is a node of the tiny random model that runs a round in
-milliseconds; `sapo_cli` runs the `sapo` command in this process. Tests import the helpers with
-`from conftest import tiny_config, sapo_cli` and ask for the fixture by name.
+`private_keys` gives a test its own key folder, `module_keys` one for all the tests of a module (hivemind nodes that
+live across tests); `tiny_config` is a node of the tiny random model that runs a round in milliseconds; `sapo_cli`
+runs the `sapo` command in this process; `LOOPBACK` keeps a hivemind node on 127.0.0.1 and `HIVEMIND_MISSING` says
+why hivemind tests skip. Tests import the helpers with `from conftest import tiny_config, sapo_cli` and ask for the
+fixtures by name (`pytestmark = pytest.mark.usefixtures("private_keys")`).
 """
-import contextlib, io
+import contextlib, io, os, shutil, tempfile
 
 import pytest
 
@@ -15,8 +17,30 @@ def pytest_configure(config):
 
 @pytest.fixture
 def private_keys(tmp_path_factory, monkeypatch):
-    "This test's own key folder (never the user's real keys)."
-    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+    "This test's own key folder (never the user's real keys); the folder."
+    d = tmp_path_factory.mktemp("keys")
+    monkeypatch.setenv("SAPO_KEY_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def module_keys():
+    "One key folder for every test of a module (never the user's real keys), removed after them; the folder."
+    old, d = os.environ.get("SAPO_KEY_DIR"), tempfile.mkdtemp()
+    os.environ["SAPO_KEY_DIR"] = d
+    yield d
+    if old is None: os.environ.pop("SAPO_KEY_DIR", None)
+    else: os.environ["SAPO_KEY_DIR"] = old
+    shutil.rmtree(d, ignore_errors=True)
+
+
+LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False, timeout=30)
+
+try:
+    import hivemind.dht.node  # noqa: F401  (the part HivemindTransport uses)
+    HIVEMIND_MISSING = None
+except Exception as e:  # ImportError, or a broken install
+    HIVEMIND_MISSING = f"hivemind is not importable ({type(e).__name__}: {e}); install it with pip install 'sapo_nb[hivemind]'"
 
 
 def tiny_config(root, **kw):

@@ -5,47 +5,31 @@ checkpoints behind, a stopped one still resumes, `sapo clean` frees what a run h
 oversubscribe the cores, `sapo status` calls a finished node `done`, the platform limits are said in words, and the
 README's test command is the one CI runs. Every test runs the tiny random model in seconds.
 """
-import contextlib, io, json, os, re, shutil
+import json, os, re
 from pathlib import Path
 
 import pytest
+
+from conftest import sapo_cli as sapo, tiny_config as tiny
 import torch
 
 from sapo_nb import node as node_module, panel
 from sapo_nb.monitor import SwarmWatcher, swarm_status, format_status
-from sapo_nb.cli import main
-from sapo_nb.config import SAPOConfig
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
-from sapo_nb.node import SwarmNode, NodeLease, CheckpointError, save_checkpoint
+from sapo_nb.node import SwarmNode, NodeLease, CheckpointError
 from sapo_nb.swarm import ProcessSwarm, UnsupportedPlatform, node_configs, stop_swarm, thread_share, set_threads
 from sapo_nb.transport import MemoryTransport
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def keys(tmp_path_factory, monkeypatch):
-    "Every test gets its own key folder (never the user's real keys)."
-    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
-
-
-def tiny(root, **kw):
-    return SAPOConfig(**{**dict(model="tiny", mix="quick", root=str(root), node_id="node-0", local_questions=2,
-                                external_questions=0, completions_per_question=3, max_new_tokens=6, rounds=3,
-                                checkpoint_every=1, learning_rate=1e-3, transport="memory", eval_every=0), **kw})
+pytestmark = pytest.mark.usefixtures("private_keys")
 
 
 def run_node(cfg):
     n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
     n.run()
     return n
-
-
-def sapo(*args) -> tuple:
-    "`sapo ARGS` in this process: (exit code, stdout, stderr)."
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 TINY_SWARM = ["swarm", "--model", "tiny", "--nodes", "2", "--rounds", "3", "--checkpoint-every", "1", "-G", "3",

@@ -9,29 +9,13 @@ import os, tempfile, time
 
 import pytest
 
-try:
-    import hivemind.dht.node  # noqa: F401  (the part HivemindTransport uses)
-    _SKIP = None
-except Exception as e:  # ImportError, or a broken install
-    _SKIP = f"hivemind is not importable ({type(e).__name__}: {e}); install it with pip install 'sapo_nb[hivemind]'"
+from conftest import HIVEMIND_MISSING, LOOPBACK  # noqa: E402
 
-pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+pytestmark = [pytest.mark.skipif(HIVEMIND_MISSING is not None, reason=HIVEMIND_MISSING or ""),
+              pytest.mark.usefixtures("module_keys")]
 
 from sapo_nb.identity import alias_of, load_key, public_key_hex, sign_rollout, wire_id  # noqa: E402
 from sapo_nb.transport import HivemindTransport, PoolLimits, encode_rollout, make_rollout  # noqa: E402
-
-LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False, timeout=30)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def key_folder():
-    "The honest nodes' keys live in a temp folder, never the user's real one."
-    old, d = os.environ.get("SAPO_KEY_DIR"), tempfile.mkdtemp()
-    os.environ["SAPO_KEY_DIR"] = d
-    yield d
-    if old is None: os.environ.pop("SAPO_KEY_DIR", None)
-    else: os.environ["SAPO_KEY_DIR"] = old
-
 
 def groups(tag, n=2, G=4):
     return [dict(task="basic_arithmetic", item=dict(component=0, seed=1, index=i), question=f"{tag} q{i}",
@@ -118,7 +102,7 @@ def test_bad_initial_peer_fails_clearly():
 
 
 @pytest.fixture(scope="module")
-def trio(key_folder):
+def trio(module_keys):
     "alice and bob are honest; mallory has her own keys and, in each test, her own idea of the rules."
     alice = HivemindTransport("hm-attack", **LOOPBACK)
     bob = HivemindTransport("hm-attack", initial_peers=alice.maddrs, **LOOPBACK)

@@ -14,10 +14,7 @@ from sapo_nb.tasks import TaskStream, eval_items
 from sapo_nb.transport import MemoryTransport
 
 
-@pytest.fixture(autouse=True)
-def keys(tmp_path_factory, monkeypatch):
-    "Every test gets its own key folder (never the user's real keys)."
-    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+pytestmark = pytest.mark.usefixtures("private_keys")
 
 
 def exact(entry, completions): return [1.0 if c.strip() == entry["answer"] else 0.0 for c in completions]

@@ -4,28 +4,19 @@ A node's lease, checkpoints and metrics live under the pool root, which may be a
 other machines write to (a shared Drive). Here a second process starts the same node id, a checkpoint is cut short
 or edited, and a run is resumed with other settings. Every test runs the tiny random model in seconds.
 """
-import json, os, signal, subprocess, sys, time
+import json, signal, subprocess, sys, time
 from pathlib import Path
 
 import pytest
-import torch
 
-from sapo_nb.config import SAPOConfig
+from conftest import tiny_config as tiny
+
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
 from sapo_nb.node import SwarmNode, NodeLease, NodeRunning, ResumeError, CheckpointError, lease_path, _digest
 from sapo_nb.transport import MemoryTransport
 
 
-@pytest.fixture(autouse=True)
-def keys(tmp_path_factory, monkeypatch):
-    "Every test gets its own key folder (never the user's real keys)."
-    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
-
-
-def tiny(root, **kw):
-    return SAPOConfig(**{**dict(model="tiny", mix="quick", root=str(root), node_id="node-0", local_questions=2,
-                                external_questions=0, completions_per_question=3, max_new_tokens=6, rounds=3,
-                                checkpoint_every=1, learning_rate=1e-3, transport="memory", eval_every=0), **kw})
+pytestmark = pytest.mark.usefixtures("private_keys")
 
 
 def node(cfg, said=None):

@@ -5,8 +5,7 @@ rows of the wrong shape, pid files naming processes the panel never started (pid
 itself, a bystander with its true start time), FIFOs and oversized files, and folder names and log lines that are
 HTML. Every test runs in a temp folder in seconds; no signal ever leaves the test (sends are recorded instead).
 """
-import json, os, signal, socket, subprocess, sys, threading, time
-from pathlib import Path
+import json, os, signal, socket, subprocess, sys, threading
 
 import psutil
 import pytest

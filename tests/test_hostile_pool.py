@@ -4,9 +4,8 @@ Attackers here can write anything into the shared folder (or the in-memory store
 files, folders where files go, copies of other nodes' rollouts, entries signed with their own keys under other
 nodes' names, and floods of entries. Every test runs in a temp folder with a temp key folder, in seconds.
 """
-import errno, json, os, stat, tempfile, threading, time
+import json, os, stat, threading, time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -15,12 +14,7 @@ from sapo_nb.transport import (DROP_REASONS, REJECT_REASONS, FolderTransport, Me
                                decode_rollout, encode_rollout, make_rollout, make_transport)
 
 
-@pytest.fixture(autouse=True)
-def keys(tmp_path_factory, monkeypatch):
-    "Every test gets its own key folder (never the user's real keys)."
-    d = tmp_path_factory.mktemp("keys")
-    monkeypatch.setenv("SAPO_KEY_DIR", str(d))
-    return d
+pytestmark = pytest.mark.usefixtures("private_keys")
 
 
 def groups(n=2, G=3, tag="q"):
@@ -281,9 +275,9 @@ def test_bare_alias_file_and_old_registry_are_not_read(tmp_path):
     assert r.collect(0) == [] and r.rejects == Counter(legacy_id=1)
 
 
-def test_key_file_created_private_in_key_dir(tmp_path, keys):
+def test_key_file_created_private_in_key_dir(tmp_path, private_keys):
     pool(tmp_path).publish(0, "alice", groups())
-    kf = keys / "alice.key"
+    kf = private_keys / "alice.key"
     assert stat.S_IMODE(kf.stat().st_mode) == 0o600
     assert not list((tmp_path / "pool").rglob("*.key"))  # nothing private in the pool
 

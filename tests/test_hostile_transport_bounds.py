@@ -4,34 +4,18 @@ caps, a rollout replayed into another pool, and a peer name with quotes and cont
 
 The DHT tests are skipped, with the import error as the reason, where hivemind is not importable.
 """
-import logging, os, shutil, tempfile, time
+import logging, shutil, time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from sapo_nb.core import safe_text
-from sapo_nb.identity import alias_of, load_key, public_key_hex, sign_rollout, wire_id
-from sapo_nb.transport import FolderTransport, MemoryTransport, PoolLimits, encode_rollout, make_rollout
+from sapo_nb.identity import alias_of, load_key, public_key_hex, wire_id
+from sapo_nb.transport import FolderTransport, MemoryTransport, PoolLimits
 
-try:
-    import hivemind.dht.node  # noqa: F401
-    _NO_HIVEMIND = None
-except Exception as e:  # ImportError, or a broken install
-    _NO_HIVEMIND = f"hivemind is not importable ({type(e).__name__}: {e})"
+from conftest import HIVEMIND_MISSING as _NO_HIVEMIND, LOOPBACK
 
-LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False, timeout=30)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def key_folder():
-    "Every key of these tests lives in a temp folder, never the user's real one."
-    old, d = os.environ.get("SAPO_KEY_DIR"), tempfile.mkdtemp()
-    os.environ["SAPO_KEY_DIR"] = d
-    yield d
-    if old is None: os.environ.pop("SAPO_KEY_DIR", None)
-    else: os.environ["SAPO_KEY_DIR"] = old
-    shutil.rmtree(d, ignore_errors=True)
+pytestmark = pytest.mark.usefixtures("module_keys")
 
 
 def groups(tag, n=2, G=2):

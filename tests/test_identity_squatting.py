@@ -5,31 +5,17 @@ Each test fails on the first-come registry this replaced (keys/<alias>.pub on a 
 DHT): there a key published under an alias before its owner started locked the owner out. The DHT tests run real
 hivemind nodes on loopback and are skipped, with the reason, where hivemind is not importable.
 """
-import json, os, tempfile, time
+import json, time
 from collections import Counter
 
 import pytest
 
-from sapo_nb.identity import alias_of, load_key, public_key_hex, sign_rollout, wire_id
+from sapo_nb.identity import alias_of, sign_rollout
 from sapo_nb.transport import FolderTransport, MemoryTransport, decode_rollout, encode_rollout
 
-try:
-    import hivemind.dht.node  # noqa: F401
-    _NO_HIVEMIND = None
-except Exception as e:  # ImportError, or a broken install
-    _NO_HIVEMIND = f"hivemind is not importable ({type(e).__name__}: {e}); install it with pip install 'sapo_nb[hivemind]'"
+from conftest import HIVEMIND_MISSING as _NO_HIVEMIND, LOOPBACK
 
-LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, use_relay=False, timeout=30)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def honest_keys():
-    "The honest nodes' keys live in a temp folder (never the user's real one); mallory always has her own."
-    old, d = os.environ.get("SAPO_KEY_DIR"), tempfile.mkdtemp()
-    os.environ["SAPO_KEY_DIR"] = d
-    yield d
-    if old is None: os.environ.pop("SAPO_KEY_DIR", None)
-    else: os.environ["SAPO_KEY_DIR"] = old
+pytestmark = pytest.mark.usefixtures("module_keys")
 
 
 def groups(tag, n=2, G=2):

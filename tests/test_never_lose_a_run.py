@@ -97,7 +97,7 @@ def test_help_shows_the_defaults_the_bare_command_uses():
 
 def test_status_knows_an_exited_node(tmp_path):
     "A node that stopped part-way (its lease released), and one killed (its lease naming a dead pid): `stopped`, not `alive`."
-    import os, socket, subprocess, sys
+    import socket, subprocess, sys
     from sapo_nb.monitor import swarm_status
     from sapo_nb.node import lease_path
     for node_id in ("node-0", "node-1"):

@@ -2,8 +2,6 @@
 `sapo status`, the panel and the report. A three-node swarm runs beside a peer that publishes junk every round; the
 junk's refusals and the honest peers' contributions must show in each view. Tiny model, a few seconds.
 """
-import json
-from pathlib import Path
 
 import pytest
 

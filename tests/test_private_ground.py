@@ -4,37 +4,20 @@ one and checks that nothing outside the root is read, written, signalled or dele
 out. Each fails on the code before `core`'s descriptor-walking helpers (links were followed, folders opened). Tiny model,
 temp folders.
 """
-import io, json, os, signal, socket, subprocess, sys, time
-from contextlib import redirect_stdout, redirect_stderr
+import json, os, socket, subprocess, sys, time
 from pathlib import Path
 import pytest
-from sapo_nb.config import SAPOConfig
-from sapo_nb.core import (UnsafePath, append_jsonl, atomic_write, checkpoint_dir, experiment_dir, metrics_path, read_jsonl,
-                          safe_text, trust_root)
-from sapo_nb.node import (SwarmNode, NodeLease, NodeRunning, CheckpointError, LEASE_STALE, lease_path, save_checkpoint,
-                          _digest)
+
+from conftest import sapo_cli as cli, tiny_config as tiny
+from sapo_nb.core import (UnsafePath, append_jsonl, checkpoint_dir, experiment_dir, metrics_path, read_jsonl, safe_text, trust_root)
+from sapo_nb.node import SwarmNode, NodeLease, NodeRunning, CheckpointError, lease_path, _digest
 from sapo_nb.transport import MemoryTransport
 
 
-@pytest.fixture(autouse=True)
-def keys(tmp_path_factory, monkeypatch):
-    "Every test gets its own key folder (never the user's real keys)."
-    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+pytestmark = pytest.mark.usefixtures("private_keys")
 
-
-def tiny(root, **kw):
-    return SAPOConfig(**{**dict(model="tiny", mix="quick", root=str(root), node_id="node-0", local_questions=2,
-                                external_questions=0, completions_per_question=3, max_new_tokens=6, rounds=3,
-                                checkpoint_every=1, learning_rate=1e-3, transport="memory", eval_every=0), **kw})
 
 def node(cfg, log=lambda *_: None): return SwarmNode(cfg, transport=MemoryTransport(), log=log)
-
-def cli(*argv) -> tuple:
-    "`sapo ARGV` in this process: (exit code, stdout, stderr)."
-    from sapo_nb.cli import main
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err): code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 def other_run(tmp_path) -> Path:
     "Another run's experiment folder, outside the attacked root: a checkpoint, a config, metrics."

@@ -6,7 +6,6 @@ import os, shutil, stat, sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import sapo_cli, tiny_config
 from sapo_nb.generation import generate_completions
