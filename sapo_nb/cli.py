@@ -4,7 +4,7 @@
 
 # %% ../nbs/19_cli.ipynb #f92791d7
 from __future__ import annotations
-import argparse, sys, time
+import argparse, os, sys, time
 from dataclasses import fields
 from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, load_config, field_kind
 
@@ -156,6 +156,9 @@ def main(argv=None) -> int:
     except (ConfigError, NodeRunning, CheckpointError, UnsafePath) as e:  # a bad flag, a node id already running, no
         # intact checkpoint, a link or a folder planted where the run's own files go
         print(f"sapo: {e}", file=sys.stderr); return 2
+    except (ValueError, OSError) as e:  # what a run that cannot start says (a key folder inside the pool, a full disk):
+        if os.environ.get("SAPO_DEBUG"): raise  # ... one line, unless asked for the traceback
+        print(f"sapo: {type(e).__name__}: {e} (SAPO_DEBUG=1 shows where)", file=sys.stderr); return 2
     except KeyboardInterrupt:
         print(_stopped(args, argv), file=sys.stderr); return 130
 

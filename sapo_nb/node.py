@@ -348,13 +348,21 @@ def node_policy(cfg:SAPOConfig):
 class SwarmNode:
     "One SAPO node: generate, share, select, train — a round at a time."
     def __init__(self, cfg:SAPOConfig, transport=None, policy=None, strategy=None, log=print):
+        self.cfg, self.log = cfg, log
+        self._check_root()
+        self.policy, self._own_policy = policy or node_policy(cfg), policy is None
+        try: self._build(transport, strategy)
+        except BaseException:  # a LoRA node's adapter leaves the shared base, or the process could never start it again
+            if self._own_policy and hasattr(self.policy, "release"): self.policy.release()
+            raise
+
+    def _build(self, transport, strategy):
+        "Everything of a node but its policy: task stream, reward, transport, controller, trainer."
         from sapo_nb.tasks import TaskStream, format_prompt, mix_settings
         from sapo_nb.rewards import make_reward_fn
         from sapo_nb.sampler import make_controller
         from sapo_nb.grpo import GRPOTrainer
-        self.cfg, self.log = cfg, log
-        self._check_root()
-        self.policy, self._own_policy = policy or node_policy(cfg), policy is None
+        cfg, log = self.cfg, self.log
         self.stream = TaskStream(cfg.mix, seed=cfg.seed, node_id=cfg.node_id, share_stream=cfg.share_stream,
                                  tasks=cfg.tasks)
         style = mix_settings(cfg.mix)["prompt_style"]

@@ -125,3 +125,14 @@ def test_damaged_newest_checkpoint_falls_back_under_the_bare_commands_settings(t
     n = SwarmNode(cfg.replace(rounds=4), transport=MemoryTransport(), log=said.append)
     assert n.resume() == 2 and any("checkpoint of round 2 skipped" in s for s in said)
     n.close()
+
+
+def test_a_run_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch):
+    "A key folder inside the pool (a ValueError deep in the transport): one line, exit 2, no traceback; SAPO_DEBUG=1 raises."
+    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path / "keys"))
+    code, out, err = sapo_cli(*SWARM, "--root", tmp_path)
+    assert code == 2 and err.count("\n") == 1 and "inside the shared pool" in err and "Traceback" not in err
+    monkeypatch.setenv("SAPO_DEBUG", "1")
+    with pytest.raises(ValueError, match="inside the shared pool"): sapo_cli(*SWARM, "--root", tmp_path)
+    monkeypatch.delenv("SAPO_DEBUG"); monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path.parent / f"{tmp_path.name}-keys"))
+    assert sapo_cli(*SWARM, "--root", tmp_path)[0] == 0  # the failed starts left no LoRA adapter behind on the shared base

@@ -102,11 +102,22 @@ def test_cli_bad_value_fails_fast(tmp_path):
 
 def test_process_mode_node_failure_exit_code(tmp_path):
     "A node that fails makes `sapo swarm` exit non-zero; the other finishes."
+    (tmp_path / "sapo" / "logs" / "node-1" / "metrics.jsonl").mkdir(parents=True)  # node-1 stops at its first row
     res = sapo("swarm", "--model", "tiny", "--nodes", "2", "--rounds", "2", "--root", str(tmp_path), "--mode", "process",
-               "--override", "node-1:model=/nonexistent/model")
+               "--wait-policy", "none")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "node-1" in res.stderr
     assert rounds_of(tmp_path, "node-0") == [0, 1]
+
+def test_process_mode_sees_its_peers_from_the_first_round(tmp_path):
+    "Process mode: node processes start seconds apart, so each waits for the others' rollouts; every node's first round offers external groups."
+    res = sapo("swarm", *TINY, "--nodes", "2", "--rounds", "2", "--root", str(tmp_path), "--mode", "process", "--eval-every", "0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "each node waits up to" in res.stdout
+    for node in ("node-0", "node-1"):
+        first = json.loads((tmp_path / "sapo" / "logs" / node / "metrics.jsonl").read_text().splitlines()[0])
+        assert first["round"] == 0 and first["pool_peers"] == 1, first
+
 
 def test_import_is_fast():
     t = time.perf_counter()

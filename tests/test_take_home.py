@@ -109,3 +109,16 @@ def test_cli_saves_an_adapter(trained, tmp_path):
     cfg, _ = trained
     code, out, err = sapo_cli("save-model", Path(cfg.root) / "run", "--node", "node-0", "--to", tmp_path / "cli", "--as", "adapter")
     assert code == 0 and (tmp_path / "cli" / "adapter_config.json").is_file(), err
+
+
+def test_compare_sets_base_and_trained_answers_side_by_side(tmp_path):
+    "`sapo compare` on a finished run: the pass@1 before and after, and a row per held-out question with both answers."
+    args = ["swarm", "--model", "tiny", "--nodes", "2", "--rounds", "2", "-G", "3", "--max-new-tokens", "6",
+            "--eval-questions", "4", "--root", tmp_path, "--experiment", "run"]
+    assert sapo_cli(*args)[0] == 0
+    code, out, err = sapo_cli("compare", tmp_path / "run", "--node", "node-1")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("node-1: held-out pass@1") and "on 4 questions" in lines[0]
+    assert len(lines) == 2 + 4 and all(("✓" in l or "✗" in l) for l in lines[2:])
+    code, _, err = sapo_cli("compare", tmp_path / "run", "--node", "node-7")
+    assert code == 2 and "no base held-out record" in err
