@@ -191,14 +191,13 @@ def _stopped(args, argv) -> str:
     return "\n".join(["sapo: stopped. Kept:", *lines, f"The same command goes on: {again}"])
 
 def _swarm(cfg, args) -> int:
-    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall
+    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall, waiting_for_peers
     from sapo_nb.node import experiment_dir
+    cfgs = node_configs(cfg, args.nodes, args.override)
     if args.mode == "process" and args.nodes > 1 and not _given("wait_policy", args):
-        # processes start seconds apart and run at their own pace: without waiting, the first rounds see no peer
-        cfg = cfg.replace(wait_policy="wait", wait_peers=args.nodes - 1)
+        cfgs = waiting_for_peers(cfgs)
         print(f"process mode: each node waits up to {cfg.wait_seconds:.0f} s a round for the other nodes' rollouts "
               "(--wait-policy none: never)")
-    cfgs = node_configs(cfg, args.nodes, args.override)
     t0 = time.perf_counter()
     shared = "one shared base" if args.mode == "inline" else "a base per process"
     training = (f"a LoRA adapter each (rank {cfg.lora_rank}, {shared}; --adapter none trains every weight)" if cfg.adapter == "lora"

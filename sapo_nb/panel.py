@@ -11,7 +11,7 @@ from .config import ConfigError, CHOICES, field_docs, preset
 from .core import experiment_dir, read_json_file, trust_root
 from .node import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
-                           require_process_groups, stop_swarm, swarm_key)
+                           require_process_groups, stop_swarm, swarm_key, waiting_for_peers)
 from .monitor import SwarmWatcher, short_peer, tail_lines
 
 # %% auto #0
@@ -320,6 +320,7 @@ def launch(self:SwarmPanel):
     self._show_errors(errors)
     if errors:
         self._say(f"not launched: {len(errors)} field(s) to fix", error=True); return None
+    if "wait_policy" not in (self.values().get("extra") or ""): cfgs = waiting_for_peers(cfgs)  # peers from the first round
     c = cfgs[0]
     try: swarm = launch_swarm(cfgs)
     except ConfigError as e: self._say(str(e), error=True); return None

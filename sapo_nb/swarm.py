@@ -18,7 +18,8 @@ from .node import progress_line, sample_together, NodeLease, NodeRunning
 __all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_startable', 'write_swarm_config',
            'available_cores', 'thread_share', 'set_threads', 'UnsupportedPlatform', 'require_process_groups',
            'run_node', 'node_process', 'ProcessSwarm', 'swarm_key', 'read_pid_file', 'node_processes', 'process_states',
-           'stop_nodes', 'stop_swarm', 'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
+           'stop_nodes', 'stop_swarm', 'waiting_for_peers', 'launch_swarm', 'disk_usage', 'format_bytes',
+           'remove_checkpoints']
 
 # %% ../nbs/13_swarm.ipynb #1ea0808c
 def parse_override(text:str) -> tuple:
@@ -309,6 +310,11 @@ def stop_swarm(exp, timeout:float=10.0) -> dict:
     "Stop the running nodes recorded in `exp`'s pid file (`stop_nodes`); {node: 'terminated' | 'killed'}."
     require_process_groups("stopping nodes", "Stop each node in its own console (Ctrl-C), or run under WSL.")
     return stop_nodes(node_processes(exp), timeout)
+
+def waiting_for_peers(cfgs:list) -> list:
+    """`cfgs` waiting each round for the other nodes' rollouts (`wait_policy='wait'`, `wait_peers`: the others): node
+    processes start seconds apart and run at their own pace, and without waiting their first rounds see no peer."""
+    return [c.replace(wait_policy="wait", wait_peers=len(cfgs) - 1) for c in cfgs] if len(cfgs) > 1 else list(cfgs)
 
 def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
     "Start the nodes of `cfgs` as background processes (`ProcessSwarm`), unless nodes recorded in their folder still run."
