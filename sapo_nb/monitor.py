@@ -133,7 +133,7 @@ def _refused_all(a:dict) -> bool:
     return a["taken"] == 0 and faults > 0 and faults >= a["offered"]
 
 class PeerAccounts:
-    "Per-peer totals of one node's metrics rows, added a row at a time (`peer_table` is all rows at once)."
+    "Per-peer totals of one node's metrics rows, added a row at a time (`peer_table` adds them all at once)."
     def __init__(self): self.peers, self.trained = {}, 0
 
     def add(self, row:dict):
@@ -150,7 +150,7 @@ class PeerAccounts:
         return sorted(rows, key=lambda t: (-t["taken"], -t["offered"], t["peer"]))
 
 def peer_table(rows:list) -> list:
-    "`PeerAccounts.table` of a node's metrics `rows`."
+    "The per-peer table (`PeerAccounts`) of a node's metrics `rows`."
     acc = PeerAccounts()
     for r in rows: acc.add(r)
     return acc.table()

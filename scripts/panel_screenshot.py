@@ -1,6 +1,7 @@
 """A screenshot of the control panel on a real-model run, for the docs (`nbs/images/panel.png`).
 
     python scripts/panel_screenshot.py [--run nbs/data/sharing/2-2/seed_1] [--out nbs/images/panel.png]
+    python scripts/panel_screenshot.py --run <a run with peers> --out nbs/images/panel_peers.png
 
 The panel is opened in JupyterLab in headless Chromium (as in `tests/test_panel_browser.py`, whose helpers this
 uses) on a copy of a committed run of the `sharing` plan: four SmolLM2-135M nodes, 100 rounds each, on the `arith`
@@ -22,6 +23,8 @@ def main(argv=None):
     tmp = Path(tempfile.mkdtemp(prefix="sapo_panel_"))
     root, exp = tmp / "runs", "sharing-2-2"
     shutil.copytree(a.run, root / exp)
+    want = {d.name: len((d / "metrics.jsonl").read_text().splitlines()) for d in sorted((root / exp / "logs").iterdir())
+            if (d / "metrics.jsonl").is_file()}  # every node's every round on the plot
     (tmp / "nb").mkdir()
     src = f"from sapo_nb.panel import SwarmPanel\npanel = SwarmPanel(root={str(root)!r}, experiment={exp!r}, interval=None)\npanel"
     (tmp / "nb" / "panel.ipynb").write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {
@@ -40,7 +43,7 @@ def main(argv=None):
                           " c.execute('notebook:run-all-cells'); return true; }")
             panel = page.locator(".sapo-panel"); panel.wait_for(timeout=120_000)
             end = time.monotonic() + 120
-            while not ((pts := page.evaluate(PLOT_POINTS)) and len(pts) == 4 and all(k >= 100 for _, k in pts)):
+            while not ((pts := page.evaluate(PLOT_POINTS)) and {n: k for n, k in pts} == want):
                 if time.monotonic() > end: raise SystemExit(f"the plot did not fill: {pts}")
                 time.sleep(1)
             page.wait_for_timeout(1500)

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("SAPO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
-SCREENSHOT_PAGES = ["index.html", "replication.html", "panel.html"]  # pages whose screenshots are kept
+SCREENSHOT_PAGES = ["index.html", "replication.html", "panel.html", "tutorial_colab.html"]  # pages whose screenshots are kept
 EXTERNAL = ("http:", "https:", "mailto:", "data:", "javascript:", "about:", "tel:")
 PAGE_SUFFIXES = (".ipynb", ".qmd", ".md")
 
