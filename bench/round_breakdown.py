@@ -249,7 +249,7 @@ def worker(a):
         out["prefill"] = gen
         out["roofline"] = roofline_of_run(node.policy, cfg, gen)
     if variant == "plain":
-        opt = make_optimizer(node.policy.model.parameters(), cfg.optimizer, cfg.learning_rate)
+        opt = make_optimizer(node.policy.model.parameters(), cfg.optimizer, cfg.learning_rate, cfg.weight_decay)
         for r in range(1, a.plain_rounds + 1):
             qs = node.stream.next(cfg.local_questions)
             prompts = [node.format_prompt(node.policy.tokenizer, q) for q in qs]

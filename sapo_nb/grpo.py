@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, time
 from dataclasses import dataclass, field
 from fastcore.basics import patch
+from .config import SAPOConfig
 from .core import Group
 from .generation import accepts_argument, cache_argument, prompt_cache
 
@@ -214,7 +215,7 @@ def grpo_loss(logp, old_logp, advantages, mask, denominator, eps_low:float=0.2, 
     return loss, stats
 
 # %% ../nbs/06_grpo.ipynb #46fc3285
-def make_optimizer(params, name:str="adamw", learning_rate:float=5e-7, weight_decay:float=0.0):
+def make_optimizer(params, name:str, learning_rate:float, weight_decay:float):
     "AdamW, or plain Adam (the paper's optimizer): PyTorch's fused implementation where the parameters' device has one."
     torch = _torch()
     if name not in ("adamw", "adam"): raise ValueError(f"optimizer: got {name!r}; allowed: adamw, adam")
@@ -225,26 +226,21 @@ def make_optimizer(params, name:str="adamw", learning_rate:float=5e-7, weight_de
 
 # %% ../nbs/06_grpo.ipynb #47fdb0bb
 class GRPOTrainer:
-    "The GRPO update of one node's policy."
-    def __init__(self, model, tokenizer, *, learning_rate:float=5e-7, optimizer:str="adamw", weight_decay:float=0.0,
-                 eps_low:float=0.2, eps_high:float=0.28, beta:float=0.0, adv_eps:float=1e-4, loss_norm:str="token",
-                 num_iterations:int=1, minibatches:int=1, max_grad_norm:float=1.0, gradient_checkpointing:bool=False,
-                 max_new_tokens:int=256, temperature:float=1.0, micro_batch_size:int=8, ref_model=None,
-                 compute_dtype=None, share_prompts:bool=True, tis_cap:float=2.0):
-        loss_denominator(_torch().ones(1, 1), loss_norm)  # fail early on a bad name
-        self.model, self.tokenizer = model, tokenizer
-        self.opt = make_optimizer([p for p in model.parameters() if p.requires_grad], optimizer, learning_rate, weight_decay)
-        self.eps_low, self.eps_high, self.beta, self.adv_eps, self.loss_norm = eps_low, eps_high, beta, adv_eps, loss_norm
-        self.num_iterations, self.minibatches, self.max_grad_norm = num_iterations, minibatches, max_grad_norm
-        self.max_new_tokens, self.temperature, self.micro_batch_size = max_new_tokens, temperature, micro_batch_size
-        self.compute_dtype = compute_dtype  # autocast dtype of the forward passes (None: the weights' dtype)
-        self.share_prompts = share_prompts  # one prompt pass per group (`shared_prompt_logprobs`)
-        self.tis_cap = tis_cap  # cap of own rows' importance weights against the sampler (`sampler_weights`); 0: off
-        if beta > 0 and ref_model is None:
+    "The GRPO update of one node's policy, under the GRPO and optimizer settings of its `SAPOConfig`."
+    def __init__(self, model, tokenizer,
+                 cfg:SAPOConfig|None=None, # the node's config: every GRPO and optimizer knob, with its one default, lives there
+                 *, ref_model=None,       # the frozen reference of the KL term (beta > 0); default: a copy of `model`
+                 compute_dtype=None,      # autocast dtype of the forward passes (None: the weights' dtype)
+                 share_prompts:bool=True, # one prompt pass per group (`shared_prompt_logprobs`)
+                 **changes):              # fields of `cfg` changed for this trainer (`learning_rate=1e-3`, ...), checked by the config
+        self.cfg = c = (cfg or SAPOConfig()).replace(**changes) if changes else (cfg or SAPOConfig())
+        self.model, self.tokenizer, self.compute_dtype, self.share_prompts = model, tokenizer, compute_dtype, share_prompts
+        self.opt = make_optimizer([p for p in model.parameters() if p.requires_grad], c.optimizer, c.learning_rate, c.weight_decay)
+        if c.beta > 0 and ref_model is None:
             import copy
             ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-        self.ref_model = ref_model if beta > 0 else None
-        if gradient_checkpointing: model.gradient_checkpointing_enable()
+        self.ref_model = ref_model if c.beta > 0 else None
+        if c.gradient_checkpointing: model.gradient_checkpointing_enable()
 
 # %% ../nbs/06_grpo.ipynb #3a17be9f
 @dataclass
@@ -296,24 +292,24 @@ def prepare_batch(self:GRPOTrainer, groups:list) -> TrainingBatch:
     for g in groups:
         if g.prompt is None or g.rewards is None:
             raise ValueError("every group needs its prompt and its rewards (scored by this node) to be trained on")
-    adv, frac_zero = group_advantages([g.rewards for g in groups], self.adv_eps)
+    adv, frac_zero = group_advantages([g.rewards for g in groups], self.cfg.adv_eps)
     rows = []  # per completion: (group, prompt, text, ended, sampled ids, sampler log-probs, advantage)
     for k, (g, advs) in enumerate(zip(groups, adv, strict=True)):
         ids, lps = (getattr(g, f) or [None] * g.G for f in ("completion_ids", "completion_logprobs"))  # own groups only
         rows += zip([k] * g.G, [g.prompt] * g.G, g.completions, g.ended, ids, lps, advs, strict=True)
     ks, prompts, texts, ended, ids, lps, advs = (list(c) for c in zip(*rows))
-    enc = encode_batch(self.tokenizer, prompts, texts, ended, self.max_new_tokens, ids, lps)
+    enc = encode_batch(self.tokenizer, prompts, texts, ended, self.cfg.max_new_tokens, ids, lps)
     return TrainingBatch(**enc, advantages=torch.tensor(advs, dtype=torch.float32), groups=ks, frac_zero_std=frac_zero)
 
 @patch
 def _trained_rows(self:GRPOTrainer, batch:TrainingBatch) -> list:
     "The rows that go through the model: a non-zero advantage, or any row when the KL term (`beta > 0`) needs it."
-    return [i for i in range(len(batch)) if self.beta > 0 or batch.advantages[i] != 0]
+    return [i for i in range(len(batch)) if self.cfg.beta > 0 or batch.advantages[i] != 0]
 
 @patch
 def _micro_batches(self:GRPOTrainer, rows:list) -> list:
     "`rows` in contiguous parts of at most `micro_batch_size`."
-    return _chunks(rows, math.ceil(len(rows) / self.micro_batch_size)) if rows else []
+    return _chunks(rows, math.ceil(len(rows) / self.cfg.micro_batch_size)) if rows else []
 
 @patch
 def _inputs(self:GRPOTrainer, batch:TrainingBatch, rows:list) -> tuple:
@@ -327,10 +323,10 @@ def _logprobs(self:GRPOTrainer, model, batch:TrainingBatch, rows:list, input_ids
     "Token log-probs `[len(rows), w-1]` of `rows` under `model` (and their entropies): one prompt pass per group where possible."
     cm = batch.completion_mask[rows, :input_ids.shape[1]].to(input_ids.device)
     if self.share_prompts:
-        out = shared_prompt_logprobs(model, input_ids, attention_mask, cm, [batch.groups[i] for i in rows], self.temperature, with_entropy)
+        out = shared_prompt_logprobs(model, input_ids, attention_mask, cm, [batch.groups[i] for i in rows], self.cfg.temperature, with_entropy)
         if out is not None: return out
     start = max(0, int(cm.argmax(1).min()) - 1)  # whole sequences, logits from the first completion token on
-    return token_logprobs(model, input_ids, attention_mask, self.temperature, with_entropy, start=start)
+    return token_logprobs(model, input_ids, attention_mask, self.cfg.temperature, with_entropy, start=start)
 
 # %% ../nbs/06_grpo.ipynb #2762e6bc
 @patch
@@ -353,7 +349,7 @@ def frozen_logprobs(self:GRPOTrainer, batch:TrainingBatch, rows:list) -> tuple:
     '''`(old, ref)`: the token log-probs of `rows` under the policy before any update and under the reference model
     (`batch_logprobs`), or None where not needed: `old` only with more than one optimizer step per batch (with one,
     the step's own forward pass gives it), `ref` only with `beta > 0`.'''
-    several_steps = self.num_iterations > 1 or self.minibatches > 1
+    several_steps = self.cfg.num_iterations > 1 or self.cfg.minibatches > 1
     if not rows: return None, None
     return (self.batch_logprobs(batch, rows) if several_steps else None,
             self.batch_logprobs(batch, rows, self.ref_model) if self.ref_model is not None else None)
@@ -364,10 +360,10 @@ def sampler_weights(self:GRPOTrainer, batch:TrainingBatch, rows:list, old):
     '''Truncated importance weights `min(exp(old - sampler), tis_cap)` per token of `rows` (`old`: their log-probs
     under π_old, `[len(rows), w]`), 1 on rows without sampler log-probs; None if `tis_cap` is 0 or no row has them.'''
     torch = _torch()
-    if not self.tis_cap or batch.sampled is None or not bool(batch.sampled[rows].any()): return None
+    if not self.cfg.tis_cap or batch.sampled is None or not bool(batch.sampled[rows].any()): return None
     own = batch.sampled[rows].to(old.device)[:, None]
     sampler = batch.sampler_logprobs[rows, :old.shape[1]].to(old.device)
-    return torch.where(own, torch.exp(old.detach() - sampler).clamp(max=self.tis_cap), torch.ones_like(old))
+    return torch.where(own, torch.exp(old.detach() - sampler).clamp(max=self.cfg.tis_cap), torch.ones_like(old))
 
 # %% ../nbs/06_grpo.ipynb #acc530c3
 @dataclass
@@ -396,7 +392,7 @@ def _minibatch_update(self:GRPOTrainer, batch:TrainingBatch, part:list, active:l
     torch = _torch()
     if not active: return
     dev = self.model.device
-    Z = loss_denominator(batch.loss_mask[part].to(dev), self.loss_norm, self.max_new_tokens)
+    Z = loss_denominator(batch.loss_mask[part].to(dev), self.cfg.loss_norm, self.cfg.max_new_tokens)
     self.opt.zero_grad(set_to_none=True)
     for mb in self._micro_batches(active):
         ids, att, mask = self._inputs(batch, mb)
@@ -406,15 +402,15 @@ def _minibatch_update(self:GRPOTrainer, batch:TrainingBatch, part:list, active:l
         z = Z if Z.ndim == 0 else Z[[part.index(i) for i in mb]]
         old_mb = logp.detach() if old is None else old[at, :w]
         weights = self.sampler_weights(batch, mb, old_mb)
-        loss, stats = grpo_loss(logp, old_mb, batch.advantages[mb].to(dev), mask, z, self.eps_low, self.eps_high,
-                                self.beta, None if ref is None else ref[at, :w], weights)
+        loss, stats = grpo_loss(logp, old_mb, batch.advantages[mb].to(dev), mask, z, self.cfg.eps_low, self.cfg.eps_high,
+                                self.cfg.beta, None if ref is None else ref[at, :w], weights)
         loss.backward()
         totals.add(loss.item(), stats, (entropy * mask).sum().item())
         if batch.sampled is not None and bool(batch.sampled[mb].any()):  # how far the sampler's numbers were from ours
             own = mask * batch.sampled[mb].to(dev)[:, None]
             totals.sampler_gap += ((old_mb - batch.sampler_logprobs[mb, :w].to(dev)).abs() * own).sum().item()
             totals.sampler_tokens += own.sum().item()
-    if self.max_grad_norm > 0: gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+    if self.cfg.max_grad_norm > 0: gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
     else: gn = torch.sqrt(sum((p.grad.float()**2).sum() for p in self.model.parameters() if p.grad is not None))
     totals.grad_norm = float(gn)
     self.opt.step(); totals.steps += 1
@@ -430,8 +426,8 @@ def step(self:GRPOTrainer, groups:list) -> dict:
     old, ref = self.frozen_logprobs(batch, rows)
     trained, totals = set(rows), _StepTotals()
     self.model.train()
-    for _ in range(self.num_iterations):
-        for part in _chunks(list(range(len(batch))), self.minibatches):
+    for _ in range(self.cfg.num_iterations):
+        for part in _chunks(list(range(len(batch))), self.cfg.minibatches):
             self._minibatch_update(batch, part, [i for i in part if i in trained], old, ref, totals)
     self.opt.zero_grad(set_to_none=True)
     n = max(totals.tokens, 1.0)

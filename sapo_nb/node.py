@@ -382,12 +382,7 @@ class SwarmNode:
         self.strategy = strategy or cfg.selection
         self.controller = make_controller(cfg.adaptive, cfg.local_questions, cfg.external_questions,
                                           cfg.adaptive_alpha, cfg.adaptive_ema)
-        self.trainer = GRPOTrainer(self.policy.model, self.policy.tokenizer, learning_rate=cfg.learning_rate,
-            optimizer=cfg.optimizer, weight_decay=cfg.weight_decay, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-            beta=cfg.beta, adv_eps=cfg.adv_eps, loss_norm=cfg.loss_norm, num_iterations=cfg.num_iterations,
-            minibatches=cfg.minibatches, max_grad_norm=cfg.max_grad_norm, gradient_checkpointing=cfg.gradient_checkpointing,
-            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, micro_batch_size=cfg.micro_batch_size,
-            compute_dtype=self.policy.compute_dtype, tis_cap=cfg.tis_cap)
+        self.trainer = GRPOTrainer(self.policy.model, self.policy.tokenizer, cfg, compute_dtype=self.policy.compute_dtype)
         self.round = 0
         self.trained_external = set()  # `sampler.group_key`s of the peers' groups trained on in the top-up window
 
