@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_grpo.ipynb #ff13f9b1
 from __future__ import annotations
-import math, time
+import math, time, warnings, weakref
 from dataclasses import dataclass, field
 from fastcore.basics import patch
 from .config import SAPOConfig
@@ -16,9 +16,9 @@ def _torch():
     return torch
 
 # %% auto #0
-__all__ = ['PLAIN_HEAD_MODELS', 'encode_batch', 'group_advantages', 'target_logprobs', 'token_logprobs', 'shared_prompt_logprobs',
-           'loss_denominator', 'grpo_loss', 'make_optimizer', 'GRPOTrainer', 'TrainingBatch', 'training_groups',
-           'completion_logprob']
+__all__ = ['PLAIN_HEAD_MODELS', 'PROMPT_PROBE_NATS', 'encode_batch', 'group_advantages', 'target_logprobs', 'token_logprobs',
+           'shared_prompt_logprobs', 'prompt_sharing_ok', 'loss_denominator', 'grpo_loss', 'make_optimizer',
+           'GRPOTrainer', 'TrainingBatch', 'training_groups', 'completion_logprob']
 
 # %% ../nbs/06_grpo.ipynb #13c75e48
 def encode_batch(tokenizer, prompts:list, completions:list, ended:list, max_completion_tokens:int=256,
@@ -182,6 +182,26 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
     place = lambda x: torch.zeros((B, T - 1), dtype=x.dtype, device=dev).masked_scatter(dst, x)
     return _target_logprobs(logits, cids[:, 1:][src], temperature, with_entropy, place)
 
+# %% ../nbs/06_grpo.ipynb #a467e182
+PROMPT_PROBE_NATS = 0.05  # mean |shared - plain| per completion token that the probe tolerates (bfloat16 noise is ~0.01)
+_PROMPT_SHARING = weakref.WeakKeyDictionary()  # model -> whether its shared-prompt log-probs matched the plain ones
+
+def prompt_sharing_ok(model, input_ids, attention_mask, completion_mask, groups:list, temperature:float=1.0) -> bool:
+    "Whether `shared_prompt_logprobs` gives `model` the plain path's log-probs: probed once per model, on these rows."
+    if model in _PROMPT_SHARING: return _PROMPT_SHARING[model]
+    torch = _torch()
+    with torch.no_grad():
+        shared = shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, groups, temperature)
+        if shared is None: return True  # the shared path does not apply to these rows: probed on the next ones
+        plain = token_logprobs(model, input_ids, attention_mask, temperature)
+    mask = completion_mask[:, 1:].bool()
+    gap = float((shared - plain)[mask].abs().mean()) if bool(mask.any()) else 0.0
+    _PROMPT_SHARING[model] = ok = gap <= PROMPT_PROBE_NATS
+    if not ok:
+        warnings.warn(f"{type(model).__name__}: log-probs with the prompt's cache passed on differ from the plain ones by "
+                      f"{gap:.3f} nats a token; each sequence is run whole instead (slower, and correct)")
+    return ok
+
 # %% ../nbs/06_grpo.ipynb #ab8ae7ea
 def loss_denominator(mask, loss_norm:str="token", max_new_tokens:int=256):
     "The normaliser Z for per-token losses `[B, T]` under `mask`: a scalar, or per-sequence weights for 'sequence'."
@@ -322,8 +342,9 @@ def _inputs(self:GRPOTrainer, batch:TrainingBatch, rows:list) -> tuple:
 def _logprobs(self:GRPOTrainer, model, batch:TrainingBatch, rows:list, input_ids, attention_mask, with_entropy:bool=False):
     "Token log-probs `[len(rows), w-1]` of `rows` under `model` (and their entropies): one prompt pass per group where possible."
     cm = batch.completion_mask[rows, :input_ids.shape[1]].to(input_ids.device)
-    if self.share_prompts:
-        out = shared_prompt_logprobs(model, input_ids, attention_mask, cm, [batch.groups[i] for i in rows], self.cfg.temperature, with_entropy)
+    groups = [batch.groups[i] for i in rows]
+    if self.share_prompts and prompt_sharing_ok(model, input_ids, attention_mask, cm, groups, self.cfg.temperature):
+        out = shared_prompt_logprobs(model, input_ids, attention_mask, cm, groups, self.cfg.temperature, with_entropy)
         if out is not None: return out
     start = max(0, int(cm.argmax(1).min()) - 1)  # whole sequences, logits from the first completion token on
     return token_logprobs(model, input_ids, attention_mask, self.cfg.temperature, with_entropy, start=start)
