@@ -182,7 +182,7 @@ def shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, gr
     place = lambda x: torch.zeros((B, T - 1), dtype=x.dtype, device=dev).masked_scatter(dst, x)
     return _target_logprobs(logits, cids[:, 1:][src], temperature, with_entropy, place)
 
-# %% ../nbs/06_grpo.ipynb #a467e182
+# %% ../nbs/06_grpo.ipynb #ebdeea4d
 PROMPT_PROBE_NATS = 0.05  # mean |shared - plain| per completion token that the probe tolerates (bfloat16 noise is ~0.01)
 _PROMPT_SHARING = weakref.WeakKeyDictionary()  # model -> whether its shared-prompt log-probs matched the plain ones
 

@@ -8,6 +8,7 @@ import hashlib, io, json, math, os, random, secrets, shutil, socket, stat, threa
 from collections import deque
 from contextlib import suppress
 from dataclasses import replace
+from typing import NamedTuple
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
@@ -20,8 +21,8 @@ __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', '
            'EXPORT_FORMS', 'truncate_metrics', 'NodeRunning', 'lease_file', 'lease_path', 'read_lease', 'lease_alive',
            'NodeLease', 'CheckpointError', 'save_checkpoint', 'checkpoint_rounds', 'checkpoint_bytes',
            'checkpoint_state', 'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport',
-           'node_policy', 'SwarmNode', 'wait_target', 'ResumeError', 'progress_line', 'adapter_model', 'ExportError',
-           'gguf_converter', 'save_model', 'sample_together']
+           'node_policy', 'SwarmNode', 'Drawn', 'wait_target', 'ResumeError', 'progress_line', 'adapter_model',
+           'ExportError', 'gguf_converter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
@@ -411,10 +412,21 @@ def draw_questions(self:SwarmNode, r:int, I:int) -> tuple:
 @patch
 def _generate_local(self:SwarmNode, r:int, I:int):
     "Draw I questions, sample G completions each: `(questions, prompts, completions)`, the raw material of the local groups."
-    cfg = self.cfg
-    questions, prompts, seeds = self.draw_questions(r, I)
+    return self._sample_drawn(*self.draw_questions(r, I))
+
+class Drawn(NamedTuple):
+    "A round's questions drawn for a node and not sampled yet: `begin_round` samples them itself."
+    questions: list
+    prompts: list
+    seeds: list
+
+@patch
+def _sample_drawn(self:SwarmNode, questions:list, prompts:list, seeds:list):
+    "G completions of each drawn question, sampled by this node alone: `(questions, prompts, completions)`."
     if not questions: return [], [], None
     from sapo_nb.generation import generate_completions
+    cfg = self.cfg
+    self.policy.activate()
     comps = generate_completions(self.policy.sampler(), self.policy.tokenizer, prompts, cfg.completions_per_question,
                                  cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=seeds, compute_dtype=self.policy.compute_dtype)
     return questions, prompts, comps
@@ -445,14 +457,16 @@ def _collect(self:SwarmNode, r:int) -> list:
 # %% ../nbs/12_node.ipynb #f697a5b2
 @patch
 def begin_round(self:SwarmNode, r:int,
-                sampled:tuple|None=None, # (questions, prompts, completions) already sampled for this node (`swarm` batches nodes)
+                sampled:tuple|None=None, # (questions, prompts, completions) sampled for this node in a batch, or its `Drawn` questions
                ) -> dict:
     "First half of round `r`: generate and score the local groups, publish them. Returns the round's state."
     cfg, sec = self.cfg, {}
     self.policy.activate()  # on a shared base, other nodes may have run since this one did
     (I, J), t0 = self.controller.ij, time.perf_counter()
-    questions, prompts, comps = sampled if sampled is not None else self._generate_local(r, I)
-    sec["generate"] = time.perf_counter() - t0 if sampled is None else (comps.seconds if comps else 0.0)
+    own = sampled is None or isinstance(sampled, Drawn)  # sampled here (questions drawn before, or now), or in a batch
+    questions, prompts, comps = (self._generate_local(r, I) if sampled is None else self._sample_drawn(*sampled)
+                                 if isinstance(sampled, Drawn) else sampled)
+    sec["generate"] = time.perf_counter() - t0 if own else (comps.seconds if comps else 0.0)
     t = time.perf_counter()
     batch = getattr(self.reward_fn, "score_batch", None)  # one trip to the scoring worker; a plain function per group
     pairs = list(zip(questions, comps.texts)) if questions else []
@@ -822,9 +836,14 @@ def sample_together(nodes:list, r:int) -> list:
             for k in ks: out[k] = ([], [], None)
             continue
         base = nodes[ks[0]].policy.base
-        comps = generate_completions(base.model, base.tokenizer, prompts, G, max_new, temperature, top_p,
-                                     seed=[s for k in ks for s in drawn[k][2]], compute_dtype=base.compute_dtype,
-                                     adapters=[nodes[k].policy.adapter for k in ks for _ in drawn[k][1]])
+        try: comps = generate_completions(base.model, base.tokenizer, prompts, G, max_new, temperature, top_p,
+                                          seed=[s for k in ks for s in drawn[k][2]], compute_dtype=base.compute_dtype,
+                                          adapters=[nodes[k].policy.adapter for k in ks for _ in drawn[k][1]])
+        except Exception as e:  # said, and no question lost: each node samples the questions it drew, in its own round
+            nodes[ks[0]].log(f"sampling {len(ks)} nodes in one batch failed ({type(e).__name__}: {safe_text(str(e), 200)}); "
+                             "each samples the questions it drew on its own")
+            for k in ks: out[k] = Drawn(*drawn[k])
+            continue
         at = 0
         for k in ks:
             qs, ps, _ = drawn[k]; n = len(ps)

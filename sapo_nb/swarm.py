@@ -84,10 +84,8 @@ def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
         active = [n for i, n in nodes.items() if i not in result and n.round < n.cfg.rounds]
         if not active: break
         sampled = [None] * len(active)  # nodes on one shared base generate in one batch; the others in their own round
-        if len({n.round for n in active}) == 1:
-            try: sampled = sample_together(active, active[0].round)
-            except KeyboardInterrupt: raise
-            except Exception as e: log(f"generating together failed ({type(e).__name__}: {e}); each node generates on its own")
+        if len({n.round for n in active}) == 1:  # a batch that fails falls back inside, on the questions it drew
+            sampled = sample_together(active, active[0].round)
         begun = [(n, guarded(n, lambda n=n, s=s: n.begin_round(n.round, s))) for n, s in zip(active, sampled)]  # every node publishes ...
         for n, state in begun:                                                         # ... before any collects
             if n.cfg.node_id in result: continue

@@ -136,3 +136,22 @@ def test_a_run_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="inside the shared pool"): sapo_cli(*SWARM, "--root", tmp_path)
     monkeypatch.delenv("SAPO_DEBUG"); monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path.parent / f"{tmp_path.name}-keys"))
     assert sapo_cli(*SWARM, "--root", tmp_path)[0] == 0  # the failed starts left no LoRA adapter behind on the shared base
+
+
+def test_a_failed_batch_of_nodes_loses_no_question(tmp_path, monkeypatch):
+    "Nodes on one base sample in one batch; when that batch fails, it is said, and each node samples the questions it drew itself (none drawn twice, none skipped)."
+    import sapo_nb.generation as generation
+    from sapo_nb.swarm import node_configs, run_inline
+    real = generation.generate_completions
+    def no_batches(*args, adapters=None, **kw):
+        if adapters is not None and len(set(adapters)) > 1: raise RuntimeError("a batch of adapters failed")
+        return real(*args, adapters=adapters, **kw)
+    monkeypatch.setattr(generation, "generate_completions", no_batches)
+    said, nodes = [], {}
+    def build(c, **kw): nodes[c.node_id] = SwarmNode(c, **kw); return nodes[c.node_id]
+    cfg = tiny_config(tmp_path, adapter="lora", rounds=2, transport="folder", external_questions=0, checkpoint_every=0)
+    assert set(run_inline(node_configs(cfg, 2), log=said.append, build=build).values()) == {"done"}
+    assert sum("sampling 2 nodes in one batch failed" in s for s in said) == 2  # once a round
+    for n in nodes.values():
+        assert n.stream.drawn == 2 * cfg.local_questions  # each question drawn once, and sampled
+        assert all(json.loads(l)["tokens_generated"] > 0 for l in metrics_path(n.cfg).read_text().splitlines())
