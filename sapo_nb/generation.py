@@ -220,6 +220,9 @@ def adapter_problem(model) -> str|None:
     if not hasattr(model, "peft_config"): return None
     kinds = {str(getattr(c, "peft_type", "")).split(".")[-1] for c in model.peft_config.values()}
     if kinds != {"LORA"}: return f"its adapters are {', '.join(sorted(kinds))}, not LoRA alone"
+    for name, c in model.peft_config.items():  # what the loop would silently leave out of the output
+        if getattr(c, "lora_bias", False) or getattr(c, "bias", "none") != "none": return f"adapter {name} trains biases"
+        if getattr(c, "modules_to_save", None): return f"adapter {name} trains whole modules ({', '.join(c.modules_to_save)})"
     for name, m in unwrap_adapters(model).named_modules():
         if not (len(getattr(m, "lora_A", ())) or len(getattr(m, "lora_embedding_A", ()))): continue  # no adapter here (or no more)
         if name.split(".")[-1] not in DECODE_LOOP_LINEARS: return f"it has a LoRA adapter on {name}, a module the loop does not multiply by"

@@ -441,6 +441,9 @@ def _minibatch_update(self:GRPOTrainer, batch:TrainingBatch, part:list, active:l
 def step(self:GRPOTrainer, groups:list) -> dict:
     "One round's GRPO update on `Group`s (each with its prompt and rewards); returns loss, clip fractions, KL, entropy, grad norm, tokens."
     t0 = time.perf_counter()
+    if not all(p.requires_grad for g in self.opt.param_groups for p in g["params"]):  # on a shared base: another adapter active
+        raise RuntimeError("the parameters this trainer steps are frozen now: another adapter of the shared base is active "
+                           "(activate this node's policy before its update)")
     batch = self.prepare_batch(groups)
     t_encode = time.perf_counter() - t0
     rows = self._trained_rows(batch)

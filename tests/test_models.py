@@ -87,3 +87,18 @@ def test_embedded_model_answers(tmp_path):
     enc = p.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     out = p.model.generate(**enc.to(p.device), max_new_tokens=8, do_sample=False)
     assert "7" in p.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def test_a_trainer_never_steps_another_nodes_adapter():
+    "Two LoRA nodes on one shared base: a trainer asked to step while the other node's adapter is active refuses, instead of updating nothing (or the wrong adapter) in silence."
+    from sapo_nb.core import Group
+    from sapo_nb.grpo import GRPOTrainer
+    a, b = models.lora_policy("tiny", "adapter-a", rank=2), models.lora_policy("tiny", "adapter-b", rank=2)
+    try:
+        a.activate(); trainer = GRPOTrainer(a.model, a.tokenizer, learning_rate=1e-2, max_new_tokens=8)
+        g = Group(task="t", item={}, question="q", completions=["12", "3"], truncated=[False, False], rewards=[1.0, 0.0],
+                  prompt="What is 3 + 9?", node_id="n", round=0)
+        b.activate()
+        with pytest.raises(RuntimeError, match="another adapter of the shared base is active"): trainer.step([g])
+        a.activate(); assert trainer.step([g])["tokens_trained"] > 0
+    finally: a.release(); b.release()
