@@ -240,7 +240,8 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
             f"--experiment {cfg.experiment} removes them)")
     else:
         out(f"\ndisk: {format_bytes(used)} under {exp}; checkpoints kept: the run stopped before its last round, and the same command resumes it")
-    out(f"metrics: {exp}/logs/<node>/metrics.jsonl\nreport:  sapo report {shlex.quote(str(exp))}")
+    out(f"metrics: {exp}/logs/<node>/metrics.jsonl\nreport:  sapo report {shlex.quote(str(exp))}\n"
+        f"answers before and after: sapo compare {shlex.quote(str(exp))} --node {nodes[0]}")
 
 # %% ../nbs/19_cli.ipynb #2f383dd8
 def _clean(cfg) -> int:
