@@ -95,7 +95,7 @@ class SAPOConfig:
     micro_batch_size: int = _f(8, "sequences per forward/backward pass: bounds memory, does not change the update")
     # --- what is trained: the whole model, or one low-rank adapter per node on a shared frozen base
     adapter: str = _f("none", "'none' trains every weight (the paper); 'lora' trains one LoRA adapter per node (peft) on a frozen base that the nodes of one process share")
-    lora_rank: int = _f(4, "rank r of each LoRA adapter (4 keeps a SmolLM2-135M node's checkpoint at 15 MB and learns as full fine-tuning does on the cpu preset; raise learning_rate about 10x with LoRA)")
+    lora_rank: int = _f(4, "rank r of each LoRA adapter; LoRA wants a learning rate about 10x full fine-tuning's, which the `laptop` preset sets (`performance` has what a rank costs and learns)")
     lora_alpha: float = _f(32.0, "LoRA scaling alpha (the update is scaled by alpha / r)")
     lora_dropout: float = _f(0.0, "dropout on the LoRA input (0: none, as RL fine-tuning usually runs)")
     lora_targets: tuple = _f(("all-linear",), "modules that get adapters: 'all-linear' (every linear layer but the output head) or module names such as q_proj v_proj")
@@ -134,7 +134,7 @@ class SAPOConfig:
     tracker: str = _f("none", "also send each metrics row to an experiment tracker: 'none', 'tensorboard' (event files in `<root>/<experiment>/tracker/<node_id>/`), 'wandb' (offline unless WANDB_MODE says otherwise) or 'trackio' (its local store); metrics.jsonl stays the record, and a tracker that fails turns itself off")
     # --- checkpoints and hardware
     checkpoint_every: int = _f(10, "rounds between checkpoints (0: never)")
-    checkpoints_kept: int = _f(1, "checkpoints a node keeps (a new one replaces the old only once written and verified): 1 holds 1.73 GB per node for the embedded model; 2 also keeps the one before the newest, so that a newest one damaged on disk falls back to it")
+    checkpoints_kept: int = _f(1, "checkpoints a node keeps (a new one replaces the old only once written and verified); 2 also keeps the one before the newest, so that a newest one damaged on disk falls back to it (a full node's checkpoint is weights and Adam's state: `performance` has the sizes)")
     device: str = _f("auto", "'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:N' (one GPU of several) or 'mps' (Apple)")
     dtype: str = _f("auto", "weights (and optimizer state): 'auto' = float32, so small updates are not rounded away; 'bfloat16' or 'float16' halve memory")
     compute_dtype: str = _f("auto", "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware runs it natively (CUDA GPUs of compute capability 8.0+, CPUs with AMX/AVX512-BF16), else float32")
