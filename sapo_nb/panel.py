@@ -25,7 +25,7 @@ def in_colab(modules=None) -> bool:
     return "google.colab" in (sys.modules if modules is None else modules)
 
 def default_root(modules=None) -> str:
-    "The pool folder the panel proposes: Google Drive in Colab, `./sapo_runs` elsewhere."
+    "The run folder the panel proposes: Google Drive in Colab, `./sapo_runs` elsewhere."
     return DRIVE_ROOT if in_colab(modules) else "sapo_runs"
 
 # %% ../nbs/18_panel.ipynb #b69f3efd
@@ -99,7 +99,7 @@ def config_from_form(values:dict, base:str="laptop") -> tuple:
 
 # %% ../nbs/18_panel.ipynb #62494c5f
 _LABELS = dict(model="model", nodes="nodes", I="I (local)", J="J (swarm)", G="G", rounds="rounds", selection="selection",
-               mix="task mix", root="pool folder", experiment="experiment", extra="more fields")
+               mix="task mix", root="run folder", experiment="experiment", extra="more fields")
 _TIMERS = {}  # str(experiment folder) -> the panel whose timer follows it
 
 def _colab_widgets():
@@ -112,7 +112,7 @@ def _colab_widgets():
 
 class SwarmPanel:
     "A widget panel to launch, stop, attach to and watch a swarm in `<root>/<experiment>`."
-    def __init__(self, root:str|None=None, # pool folder; default: Google Drive in Colab, else ./sapo_runs
+    def __init__(self, root:str|None=None, # run folder; default: Google Drive in Colab, else ./sapo_runs
                  experiment:str="sapo", # experiment name: the folder under `root`
                  interval:float|None=5.0, # seconds between automatic refreshes while displayed; None: only on Refresh
                  window:int=100, # rounds in the moving average
@@ -147,7 +147,7 @@ class SwarmPanel:
         for name, style, icon, tip in (
                 ("Launch", "success", "play", "check the form and start the nodes as background processes"),
                 ("Stop", "danger", "stop", "stop the nodes of this folder: SIGTERM, then SIGKILL"),
-                ("Attach", "info", "link", "watch the swarm in the pool folder / experiment of the form"),
+                ("Attach", "info", "link", "watch the swarm in the run folder / experiment of the form"),
                 ("Refresh", "", "refresh", "read what is new now")):
             b = W.Button(description=name, button_style=style, icon=icon, tooltip=tip, layout=W.Layout(width="auto"))
             b.add_class(f"sapo-{name.lower()}")
