@@ -935,12 +935,12 @@ PEER_REPORT_RUNS = 4  # a report of more runs leaves the per-peer tables out (`s
 
 def _peers_section(path) -> list:
     "The report's per-peer section: what each node took from and refused of each peer (`monitor.peer_table`), for a few runs."
-    from sapo_nb.monitor import peer_table, short_peer
+    from sapo_nb.monitor import peer_table, refusal_text, short_peer
     from sapo_nb.core import valid_metrics_row
     runs = find_runs(path)
     if len(runs) > PEER_REPORT_RUNS: return []
     rows = [dict(run=run.name, node=f.parent.name, peer=short_peer(t["peer"]), offered=t["offered"], taken=t["taken"],
-                 share_pct=round(100 * t["share"], 1), refused=", ".join(f"{k} {v}" for k, v in sorted(t["refused"].items())) or "-",
+                 share_pct=round(100 * t["share"], 1), refused=refusal_text(t["refused"]),
                  flagged="yes" if t["flagged"] else "")
             for run in runs for f in sorted((run / "logs").glob("*/metrics.jsonl")) for t in peer_table([r for r in read_jsonl(f) if valid_metrics_row(r)])]
     if not rows: return []

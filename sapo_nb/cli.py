@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, os, sys, time
 from dataclasses import fields
-from .config import SAPOConfig, ConfigError, CHOICES, PRESETS, field_docs, load_config, field_kind
+from .config import SAPOConfig, ConfigError, CHOICES, COMMAND_PRESET, PRESETS, field_docs, load_config, field_kind
 
 # %% auto #0
 __all__ = ['SHORT_FLAGS', 'add_config_args', 'config_from_args', 'demo', 'main']
@@ -77,11 +77,11 @@ def _folder_args(parser):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sapo", description="SAPO: decentralized RL post-training that shares decoded rollouts.")
     sub = p.add_subparsers(dest="command", required=True)
-    d = add_config_args(sub.add_parser("demo", help="answer a few questions with the model, with rewards"), preset="laptop")
+    d = add_config_args(sub.add_parser("demo", help="answer a few questions with the model, with rewards"), preset=COMMAND_PRESET)
     d.add_argument("--questions", type=int, default=4, help="questions to answer")
     n = add_config_args(sub.add_parser("node", help="run one node"))
     n.add_argument("--threads", type=_positive, default=None, help="CPU threads for this node (default: torch's, one per core)")
-    s = add_config_args(sub.add_parser("swarm", help="run several nodes on this machine"), preset="laptop")
+    s = add_config_args(sub.add_parser("swarm", help="run several nodes on this machine"), preset=COMMAND_PRESET)
     s.add_argument("--nodes", type=int, default=3, help="nodes to start (node-0, node-1, ...)")
     s.add_argument("--mode", choices=["inline", "process"], default="inline", help="one process taking turns, or a process per node")
     s.add_argument("--override", action="append", default=[], metavar="NODE:FIELD=VALUE,...", help="per-node config, repeatable")
@@ -125,10 +125,11 @@ def main(argv=None) -> int:
         if args.command in ("status", "clean"):
             cfg = load_config(**{k: v for k, v in (("root", args.root), ("experiment", args.experiment)) if v is not None})
             if args.command == "clean": return _clean(cfg)
-            from sapo_nb.monitor import swarm_status, format_status, swarm_peers, format_peers
+            from sapo_nb.monitor import swarm_status, format_status, format_peers
             trust_root(cfg.root)  # read from the root down, never through a link planted below it
-            print(format_status(swarm_status(cfg.root, cfg.experiment)))
-            if peers := swarm_peers(cfg.root, cfg.experiment): print("\n" + format_peers(peers))
+            status = swarm_status(cfg.root, cfg.experiment)
+            print(format_status(status))
+            if peers := format_peers(status): print("\n" + peers)
             return 0
         if args.command == "experiment":
             from sapo_nb.experiments import experiment_main
@@ -167,21 +168,20 @@ def main(argv=None) -> int:
 # %% ../nbs/19_cli.ipynb #a93ce6fa
 def _given(name:str, args) -> bool:
     "Whether the user set config field `name`: a flag, the environment (`SAPO_<FIELD>`) or a config file."
-    import os
     return name in vars(args) or f"SAPO_{name.upper()}" in os.environ or getattr(args, "config", None) is not None
 
 def _stopped(args, argv) -> str:
     "What Ctrl-C leaves: per node, the rounds logged and the newest checkpoint, and the command that goes on."
     import shlex
-    from sapo_nb.core import read_jsonl, metrics_path, checkpoint_dir, is_count
-    from sapo_nb.node import checkpoint_rounds
+    from sapo_nb.core import checkpoint_dir
+    from sapo_nb.node import checkpoint_rounds, rounds_logged
     if args.command not in ("swarm", "node"): return "sapo: stopped"
     try:
         from sapo_nb.swarm import node_configs
         cfg = config_from_args(args)
         lines = []
         for c in [cfg] if args.command == "node" else node_configs(cfg, args.nodes, args.override):
-            logged = max((r["round"] + 1 for r in read_jsonl(metrics_path(c)) if is_count(r.get("round"))), default=0)
+            logged = rounds_logged(c)
             try: kept = max(checkpoint_rounds(checkpoint_dir(c)), default=None)
             except OSError: kept = None
             lines.append(f"  {c.node_id}: {logged} round(s) logged; " + ("no checkpoint yet: it starts over (its rows kept aside)"
@@ -220,12 +220,12 @@ def _swarm(cfg, args) -> int:
 def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
     "What a run prints at its end: status, what happened, disk used and freed, where the results are."
     from sapo_nb.swarm import disk_usage, format_bytes, remove_checkpoints
-    from sapo_nb.monitor import swarm_status, format_status, run_summary, format_summary, swarm_peers, format_peers
+    from sapo_nb.monitor import swarm_status, format_status, run_summary, format_summary, format_peers
     from sapo_nb.node import experiment_dir
     import shlex
     exp, status = experiment_dir(cfg), swarm_status(cfg.root, cfg.experiment)
     out(format_status(status))
-    if peers := swarm_peers(cfg.root, cfg.experiment): out("\n" + format_peers(peers))
+    if peers := format_peers(status): out("\n" + peers)
     out("\nwhat happened (mean reward over the first and the last rounds; held-out accuracy before and after training):\n"
         + format_summary(run_summary(cfg.root, cfg.experiment)))
     used = disk_usage(exp)

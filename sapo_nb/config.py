@@ -11,8 +11,8 @@ from fastcore.basics import patch
 from .core import atomic_write, open_regular, safe_text
 
 # %% auto #0
-__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'valid_name', 'valid_device',
-           'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides',
+__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'COMMAND_PRESET', 'valid_name',
+           'valid_device', 'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides',
            'resolve_learning_rate', 'load_config', 'preset', 'field_docs']
 
 # %% ../nbs/03_config.ipynb #48066c83
@@ -336,6 +336,7 @@ PRESETS = dict(
 )
 PRESETS["laptop"] = dict(PRESETS["cpu"], adapter="lora", learning_rate=dict(lora=1e-4, none=PRESETS["cpu"]["learning_rate"]),
                          checkpoints_kept=2)  # 15 MB each: the one before the newest stays, for a newest damaged on disk
+COMMAND_PRESET = "laptop"  # what a bare `sapo swarm`, `sapo demo` and the panel start from (`sapo node`: the paper's values)
 
 def _preset_values(name):
     if name not in PRESETS: raise ConfigError(f"preset: got {name!r}; allowed: {', '.join(PRESETS)}")

@@ -282,12 +282,14 @@ def load_pretrained(name:str|os.PathLike, # a local folder saved by `save_pretra
     "Model and tokenizer from a folder or the hub, failing fast with one `ModelNotFoundError` line."
     import torch
     name, dtype = os.fspath(name), dtype or torch.float32
-    if locate_model(name) == "folder":
+    kind = locate_model(name)  # a 'hub' answer has already found the hub reachable
+    if kind == "folder":
         try: return _from_pretrained(str(Path(name).expanduser()), dtype, local_only=True)
         except OSError as e: raise _not_found(name, f"the folder holds no model: {e}") from None
-    try: return _from_pretrained(name, dtype, local_only=True)  # already in the Hugging Face cache?
-    except OSError: pass
-    if why := _hub_problem(): raise _not_found(name, why)
+    if kind != "hub":
+        try: return _from_pretrained(name, dtype, local_only=True)  # in the Hugging Face cache: no network
+        except OSError:  # its config is cached, not the rest
+            if why := _hub_problem(): raise _not_found(name, why) from None
     try: return _from_pretrained(name, dtype, local_only=False)
     except OSError as e: raise _not_found(name, str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 

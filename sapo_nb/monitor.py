@@ -8,14 +8,15 @@ import json, os, time
 from collections import deque
 from pathlib import Path
 from .config import printable_name
+from .identity import alias_of, valid_wire_id
 from .core import (UnsafePath, is_count, is_finite, list_dir, open_regular, read_jsonl, read_node_configs, trust_root,
                           valid_metrics_row)
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit', 'node_state',
-           'node_status', 'node_dirs', 'swarm_status', 'format_status', 'MetricsReader', 'PeerAccounts', 'peer_table',
-           'swarm_peers', 'short_peer', 'format_peers', 'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines',
-           'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
+           'node_status', 'PeerAccounts', 'peer_table', 'short_peer', 'refusal_text', 'format_peers', 'node_dirs',
+           'swarm_status', 'format_status', 'MetricsReader', 'moving_average', 'NodeSeries', 'SwarmWatcher',
+           'tail_lines', 'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
 
 # %% ../nbs/14_monitor.ipynb #5cd7edc2
 def _run_length(x) -> bool: return is_count(x) and x >= 1
@@ -54,6 +55,58 @@ def node_status(node:str, last:dict|None, rounds:int, skipped:int, total:int|Non
         if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * spr
     return row
 
+# %% ../nbs/14_monitor.ipynb #47f3ed0e
+PEER_FLAG_ROUNDS = 5  # a peer whose every group (or file) was refused as faulty in this many of its latest rounds is flagged
+NOT_FAULTS = ("zero_spread", "over_budget")  # refusals that say nothing against a peer: no signal, or no time left
+
+def _refused_all(a:dict) -> bool:
+    "Whether everything a peer sent in a round was refused as faulty (not merely without reward spread, or unscored)."
+    faults = sum(n for why, n in a["refused"].items() if why not in NOT_FAULTS)
+    return a["taken"] == 0 and faults > 0 and faults >= a["offered"]
+
+class PeerAccounts:
+    "Per-peer totals of one node's metrics rows, added a row at a time (`peer_table` adds them all at once)."
+    def __init__(self): self.peers, self.trained = {}, 0
+
+    def add(self, row:dict):
+        self.trained += row.get("I", 0) + row.get("pool_selected", 0)  # every group the node trained on
+        for peer, a in (row.get("peers") or {}).items():
+            t = self.peers.setdefault(peer, dict(peer=peer, rounds=0, offered=0, taken=0, refused={}, streak=0))
+            t["rounds"] += 1; t["offered"] += a["offered"]; t["taken"] += a["taken"]
+            for why, n in a["refused"].items(): t["refused"][why] = t["refused"].get(why, 0) + n
+            t["streak"] = t["streak"] + 1 if _refused_all(a) else 0  # all refused, round after round
+
+    def table(self) -> list:
+        "One dict per peer, most taken first: offered, taken, refused by reason, `share` of the trained groups, `flagged`."
+        rows = [dict(t, share=t["taken"] / max(self.trained, 1), flagged=t["streak"] >= PEER_FLAG_ROUNDS) for t in self.peers.values()]
+        return sorted(rows, key=lambda t: (-t["taken"], -t["offered"], t["peer"]))
+
+def peer_table(rows:list) -> list:
+    "The per-peer table (`PeerAccounts`) of a node's metrics `rows`."
+    acc = PeerAccounts()
+    for r in rows: acc.add(r)
+    return acc.table()
+
+def short_peer(peer:str) -> str:
+    "A wire id `<alias>.<fingerprint>` as `<alias>.<6 hex>`, printable; anything else escaped."
+    return printable_name(f"{alias_of(peer)}.{peer.rsplit('.', 1)[1][:6]}" if valid_wire_id(peer) else peer)
+
+def refusal_text(refused:dict) -> str:
+    "A peer's refusals as `reason count, ...`, the most frequent first; `-` when there are none."
+    return ", ".join(f"{k} {v}" for k, v in sorted(refused.items(), key=lambda kv: -kv[1])) or "-"
+
+def format_peers(rows:list) -> str:
+    "The peer tables of status rows (`swarm_status`) as text: a block per node, a line per peer, flagged peers marked; '' if none."
+    lines = []
+    for r in rows:
+        if not r.get("peers"): continue
+        lines.append(f"peers of {printable_name(r['node'])}:  {'offered':>7} {'taken':>6} {'share':>6}  refused")
+        for t in r["peers"]:
+            flag = f"  <- everything refused in its last {t['streak']} rounds" if t["flagged"] else ""
+            lines.append(f"  {short_peer(t['peer']):>20} {t['offered']:>7} {t['taken']:>6} {t['share']:>6.0%}  "
+                         f"{refusal_text(t['refused'])}{flag}")
+    return "\n".join(lines)
+
 # %% ../nbs/14_monitor.ipynb #d4e9ee7a
 def node_dirs(exp) -> list:
     "The node folders under `<exp>/logs`, in name order: real folders only, none through a link (a linked `logs`: none)."
@@ -68,13 +121,14 @@ def _with_process(seen:str, proc:str|None) -> str:
     return "stale" if seen == "stale" else proc or "alive"
 
 def swarm_status(root, experiment:str, now:float|None=None, stale_after:float|None=None) -> list:
-    "One `node_status` per node of `<root>/<experiment>` with a valid row, from its whole metrics file (`skipped`: rows that are not valid)."
+    "One `node_status` per node of `<root>/<experiment>` with a valid row, from its whole metrics file (`skipped`: rows that are not valid), with its `peer_table`."
     now, exp = time.time() if now is None else now, trust_root(root) / experiment  # the root trusted, nothing below it
     total, out = planned_rounds(exp), []
     for d in node_dirs(exp):
         read = read_jsonl(d / "metrics.jsonl")
         rows = [r for r in read if valid_metrics_row(r)]
-        if rows: out.append(node_status(d.name, rows[-1], len(rows), len(read) - len(rows), total.get(d.name), now, stale_after))
+        if rows: out.append(dict(node_status(d.name, rows[-1], len(rows), len(read) - len(rows), total.get(d.name), now,
+                                             stale_after), peers=peer_table(rows)))
     for row in out: row["state"] = _with_process(row["state"], _lease_process(exp, row["node"], row["state"]))
     return out
 
@@ -122,60 +176,6 @@ class MetricsReader:
             if valid_metrics_row(row): rows.append(row)
             else: self.bad += 1
         return rows
-
-# %% ../nbs/14_monitor.ipynb #47f3ed0e
-PEER_FLAG_ROUNDS = 5  # a peer whose every group (or file) was refused as faulty in this many of its latest rounds is flagged
-NOT_FAULTS = ("zero_spread", "over_budget")  # refusals that say nothing against a peer: no signal, or no time left
-
-def _refused_all(a:dict) -> bool:
-    "Whether everything a peer sent in a round was refused as faulty (not merely without reward spread, or unscored)."
-    faults = sum(n for why, n in a["refused"].items() if why not in NOT_FAULTS)
-    return a["taken"] == 0 and faults > 0 and faults >= a["offered"]
-
-class PeerAccounts:
-    "Per-peer totals of one node's metrics rows, added a row at a time (`peer_table` adds them all at once)."
-    def __init__(self): self.peers, self.trained = {}, 0
-
-    def add(self, row:dict):
-        self.trained += row.get("I", 0) + row.get("pool_selected", 0)  # every group the node trained on
-        for peer, a in (row.get("peers") or {}).items():
-            t = self.peers.setdefault(peer, dict(peer=peer, rounds=0, offered=0, taken=0, refused={}, streak=0))
-            t["rounds"] += 1; t["offered"] += a["offered"]; t["taken"] += a["taken"]
-            for why, n in a["refused"].items(): t["refused"][why] = t["refused"].get(why, 0) + n
-            t["streak"] = t["streak"] + 1 if _refused_all(a) else 0  # all refused, round after round
-
-    def table(self) -> list:
-        "One dict per peer, most taken first: offered, taken, refused by reason, `share` of the trained groups, `flagged`."
-        rows = [dict(t, share=t["taken"] / max(self.trained, 1), flagged=t["streak"] >= PEER_FLAG_ROUNDS) for t in self.peers.values()]
-        return sorted(rows, key=lambda t: (-t["taken"], -t["offered"], t["peer"]))
-
-def peer_table(rows:list) -> list:
-    "The per-peer table (`PeerAccounts`) of a node's metrics `rows`."
-    acc = PeerAccounts()
-    for r in rows: acc.add(r)
-    return acc.table()
-
-def swarm_peers(root, experiment:str) -> dict:
-    "{node: `peer_table` of its metrics} for every node of `<root>/<experiment>` that read the pool."
-    exp = trust_root(root) / experiment
-    tables = {d.name: peer_table([r for r in read_jsonl(d / "metrics.jsonl") if valid_metrics_row(r)]) for d in node_dirs(exp)}
-    return {n: t for n, t in tables.items() if t}
-
-def short_peer(peer:str) -> str:
-    "A wire id `<alias>.<fingerprint>` as `<alias>.<6 hex>`, printable; anything else escaped."
-    alias, _, fp = str(peer).rpartition(".")
-    return printable_name(f"{alias}.{fp[:6]}" if alias and len(fp) == 20 else peer)
-
-def format_peers(tables:dict) -> str:
-    "The `swarm_peers` tables as text: one block per node, a line per peer, refusals by reason, flagged peers marked."
-    lines = []
-    for node, table in tables.items():
-        lines.append(f"peers of {printable_name(node)}:  {'offered':>7} {'taken':>6} {'share':>6}  refused")
-        for t in table:
-            why = ", ".join(f"{k} {v}" for k, v in sorted(t["refused"].items(), key=lambda kv: -kv[1])) or "-"
-            flag = f"  <- everything refused in its last {t['streak']} rounds" if t["flagged"] else ""
-            lines.append(f"  {short_peer(t['peer']):>20} {t['offered']:>7} {t['taken']:>6} {t['share']:>6.0%}  {why}{flag}")
-    return "\n".join(lines)
 
 # %% ../nbs/14_monitor.ipynb #ac04f8c1
 def moving_average(ys:list, window:int) -> list:
@@ -229,13 +229,14 @@ class SwarmWatcher:
         return changed
 
     def status(self, states:dict|None=None, now:float|None=None, stale_after:float|None=None) -> list:
-        "One `node_status` per node (`skipped`: lines that are not valid rows), its `state` corrected by `states` ({node: process state})."
+        "One `node_status` per node (`skipped`: lines that are not valid rows), its `state` corrected by `states` ({node: process state}), with its `peers` table."
         now, states, out = time.time() if now is None else now, states or {}, []
         for name in sorted(set(self.nodes) | set(states)):
             s = self.nodes.get(name)
             last = s.last_rows[-1] if s is not None and s.last_rows else None
             row = node_status(name, last, len(s.rewards) if s else 0, s.reader.bad if s else 0, self.total_rounds.get(name), now, stale_after)
             row["state"] = _with_process(row["state"], states.get(name) or _lease_process(self.dir, name, row["state"]))
+            row["peers"] = s.peers.table() if s else []
             out.append(row)
         return out
 

@@ -18,13 +18,17 @@ from .core import (Group, RoundMetrics, UnsafePath, atomic_write, open_regular, 
 
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RECENT_ROUNDS', 'RESUME_FIXED', 'PROGRESS_WINDOW',
-           'EXPORT_FORMS', 'truncate_metrics', 'NodeRunning', 'lease_file', 'lease_path', 'read_lease', 'lease_alive',
-           'NodeLease', 'CheckpointError', 'save_checkpoint', 'checkpoint_rounds', 'checkpoint_bytes',
+           'EXPORT_FORMS', 'rounds_logged', 'truncate_metrics', 'NodeRunning', 'lease_file', 'lease_path', 'read_lease',
+           'lease_alive', 'NodeLease', 'CheckpointError', 'save_checkpoint', 'checkpoint_rounds', 'checkpoint_bytes',
            'checkpoint_state', 'verify_checkpoint', 'intact_checkpoint', 'load_checkpoint', 'open_transport',
            'node_policy', 'SwarmNode', 'Drawn', 'wait_target', 'ResumeError', 'progress_line', 'adapter_model',
            'ExportError', 'gguf_converter', 'save_model', 'sample_together']
 
 # %% ../nbs/12_node.ipynb #83f10f49
+def rounds_logged(cfg:SAPOConfig) -> int:
+    "The rounds node `cfg.node_id` has logged: one past the newest round in its metrics (0 with none)."
+    return max((r["round"] + 1 for r in read_jsonl(metrics_path(cfg)) if is_count(r.get("round"))), default=0)
+
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
     "Keep only rows of rounds <= `last_round` (one per `key`, the first), rewritten atomically; returns rows kept."
     seen, keep = set(), []
@@ -401,24 +405,25 @@ class SwarmNode:
                           f"with --root or SAPO_ROOT, or free disk space") from None
 
 # %% ../nbs/12_node.ipynb #f29d0bd5
+class Drawn(NamedTuple):
+    "A round's questions drawn for a node, their prompts and one sampling seed per prompt, not sampled yet."
+    questions: list
+    prompts: list
+    seeds: list
+
 @patch
-def draw_questions(self:SwarmNode, r:int, I:int) -> tuple:
+def draw_questions(self:SwarmNode, r:int, I:int) -> Drawn:
     "The round's I questions, their prompts, and one sampling seed per prompt: what generation needs, from this node alone."
     from sapo_nb.tasks import derive_seed
     questions = self.stream.next(I) if I else []
     prompts = [self.format_prompt(self.policy.tokenizer, q) for q in questions]
-    return questions, prompts, [derive_seed(self.cfg.seed, self.cfg.node_id, r, "generate", p) for p in range(len(prompts))]
+    seeds = [derive_seed(self.cfg.seed, self.cfg.node_id, r, "generate", p) for p in range(len(prompts))]
+    return Drawn(questions, prompts, seeds)
 
 @patch
 def _generate_local(self:SwarmNode, r:int, I:int):
     "Draw I questions, sample G completions each: `(questions, prompts, completions)`, the raw material of the local groups."
     return self._sample_drawn(*self.draw_questions(r, I))
-
-class Drawn(NamedTuple):
-    "A round's questions drawn for a node and not sampled yet: `begin_round` samples them itself."
-    questions: list
-    prompts: list
-    seeds: list
 
 @patch
 def _sample_drawn(self:SwarmNode, questions:list, prompts:list, seeds:list):
@@ -661,7 +666,7 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     st = load_checkpoint(checkpoint_dir(self.cfg), self.policy, self.trainer.opt,
                          check=self._check_restored, log=self.log)
     if st is None:
-        done = max((r["round"] + 1 for r in read_jsonl(metrics_path(self.cfg)) if is_count(r.get("round"))), default=0)
+        done = rounds_logged(self.cfg)
         if done >= self.cfg.rounds: return done  # finished, its checkpoints removed: nothing to run, nothing to cut
         if done:  # rounds ran but none was checkpointed: start over, the rows of the earlier start kept aside
             aside = self._set_records_aside()
@@ -779,11 +784,15 @@ def gguf_converter() -> list:
     raise ExportError("GGUF needs llama.cpp's converter: git clone https://github.com/ggml-org/llama.cpp, "
                       "pip install -r llama.cpp/requirements.txt, then set LLAMA_CPP to that folder")
 
+def _save_pretrained(policy, folder):
+    "`policy`'s model (or adapter) and tokenizer written into `folder`, as transformers and peft save them."
+    policy.model.save_pretrained(folder); policy.tokenizer.save_pretrained(folder)
+
 def _write_gguf(policy, dest:Path, converter:list):
     "The merged `policy` written as `dest/model.gguf` (16-bit) by `converter`, through a transformers folder."
     import subprocess, tempfile
     with tempfile.TemporaryDirectory() as hf:
-        policy.model.save_pretrained(hf); policy.tokenizer.save_pretrained(hf)
+        _save_pretrained(policy, hf)
         done = subprocess.run([*converter, hf, "--outfile", str(dest / "model.gguf"), "--outtype", "f16"],
                               capture_output=True, text=True)
     if done.returncode != 0 or not (dest / "model.gguf").is_file():
@@ -815,7 +824,7 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
     else: policy = adapter_model(cfg, got["weights"], merge=form != "adapter")
     def write(tmp):
         if converter: _write_gguf(policy, Path(tmp), converter)
-        else: policy.model.save_pretrained(tmp); policy.tokenizer.save_pretrained(tmp)
+        else: _save_pretrained(policy, tmp)
     out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model, form=form))
     log(f"{cfg.node_id}: the {form} model trained for {state['round'] + 1} rounds is in {out}")
     return out
@@ -831,18 +840,18 @@ def sample_together(nodes:list, r:int) -> list:
     for (_, G, max_new, temperature, top_p), ks in batches.items():
         if len(ks) < 2: continue  # alone on its base: the node samples in its own round
         drawn = {k: nodes[k].draw_questions(r, nodes[k].controller.ij[0]) for k in ks}
-        prompts = [p for k in ks for p in drawn[k][1]]
+        prompts = [p for k in ks for p in drawn[k].prompts]
         if not prompts:
             for k in ks: out[k] = ([], [], None)
             continue
         base = nodes[ks[0]].policy.base
         try: comps = generate_completions(base.model, base.tokenizer, prompts, G, max_new, temperature, top_p,
-                                          seed=[s for k in ks for s in drawn[k][2]], compute_dtype=base.compute_dtype,
-                                          adapters=[nodes[k].policy.adapter for k in ks for _ in drawn[k][1]])
+                                          seed=[s for k in ks for s in drawn[k].seeds], compute_dtype=base.compute_dtype,
+                                          adapters=[nodes[k].policy.adapter for k in ks for _ in drawn[k].prompts])
         except Exception as e:  # said, and no question lost: each node samples the questions it drew, in its own round
             nodes[ks[0]].log(f"sampling {len(ks)} nodes in one batch failed ({type(e).__name__}: {safe_text(str(e), 200)}); "
                              "each samples the questions it drew on its own")
-            for k in ks: out[k] = Drawn(*drawn[k])
+            for k in ks: out[k] = drawn[k]  # `begin_round` samples a node's `Drawn` questions itself
             continue
         at = 0
         for k in ks:

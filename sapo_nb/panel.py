@@ -7,12 +7,12 @@ from __future__ import annotations
 import html, json, os, re, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
-from .config import ConfigError, CHOICES, field_docs, preset
+from .config import ConfigError, CHOICES, COMMAND_PRESET, field_docs, preset
 from .core import experiment_dir, read_json_file, trust_root
 from .node import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
                            require_process_groups, stop_swarm, swarm_key, waiting_for_peers)
-from .monitor import SwarmWatcher, short_peer, tail_lines
+from .monitor import SwarmWatcher, refusal_text, short_peer, tail_lines
 
 # %% auto #0
 __all__ = ['DRIVE_ROOT', 'FORM_FIELDS', 'in_colab', 'default_root', 'status_html', 'peers_html', 'config_from_form', 'SwarmPanel']
@@ -51,15 +51,14 @@ def status_html(rows:list) -> str:
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-status' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
 
-def peers_html(tables:dict) -> str:
-    "The `monitor.PeerAccounts` tables of the nodes as one HTML table: node, peer, offered, taken, share, refused by reason; flagged peers in red; every value HTML-escaped."
-    rows = [(node, t) for node, table in tables.items() for t in table]
+def peers_html(status:list) -> str:
+    "The peer tables of status rows (`monitor.SwarmWatcher.status`) as one HTML table: node, peer, offered, taken, share, refused by reason; flagged peers in red; every value HTML-escaped."
+    rows = [(r["node"], t) for r in status for t in r.get("peers") or ()]
     if not rows: return ""
     head = "".join(f"<th style='padding:2px 8px;text-align:right'>{h}</th>" for h in ("node", "peer", "offered", "taken", "share", "refused"))
     body = []
     for node, t in rows:
-        why = ", ".join(f"{k} {v}" for k, v in sorted(t["refused"].items(), key=lambda kv: -kv[1])) or "-"
-        if t["flagged"]: why += f" (everything refused in its last {t['streak']} rounds)"
+        why = refusal_text(t["refused"]) + (f" (everything refused in its last {t['streak']} rounds)" if t["flagged"] else "")
         cells = [html.escape(str(v)) for v in (node, short_peer(t["peer"]), t["offered"], t["taken"], f"{t['share']:.0%}", why)]
         style = " style='color:#b00020' class='sapo-flagged'" if t["flagged"] else ""
         body.append(f"<tr{style}>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
@@ -76,7 +75,7 @@ def _form_key(err:ConfigError) -> str:
     if m: return _TO_FORM.get(m.group(1), "extra")
     return "nodes" if str(err).startswith("nodes:") else "extra"
 
-def config_from_form(values:dict, base:str="laptop") -> tuple:
+def config_from_form(values:dict, base:str=COMMAND_PRESET) -> tuple:
     "`(node configs, {})` for valid form `values`, else `(None, {form field: error text})`."
     errors, fields_ = {}, {FORM_FIELDS[k]: v for k, v in values.items() if FORM_FIELDS.get(k)}
     try: extra = parse_override("form:" + (values.get("extra") or ""))[1]
@@ -122,7 +121,7 @@ class SwarmPanel:
         from sapo_nb.tasks import MIXES
         self.interval, self.window, self.log_lines = interval, window, log_lines
         self._lock, self._stop_timer, self._thread, self._displayed = threading.RLock(), threading.Event(), None, False
-        base, docs = preset("laptop"), field_docs()
+        base, docs = preset(COMMAND_PRESET), field_docs()
         init = dict(model=base.model, nodes=2, I=base.local_questions, J=base.external_questions, G=base.completions_per_question,
                     rounds=base.rounds, selection=base.selection, mix=base.mix, root=str(root or default_root()),
                     experiment=experiment, extra="")
@@ -249,7 +248,7 @@ def refresh(self:SwarmPanel) -> float:
         states = process_states(self.watcher.dir)
         rows = self.watcher.status(states)
         self.status.value = status_html(rows)
-        self.peers.value = peers_html({n: s.peers.table() for n, s in sorted(self.watcher.nodes.items())})
+        self.peers.value = peers_html(rows)
         nodes = [r["node"] for r in rows]
         if list(self.log_node.options) != nodes:
             keep = self.log_node.value
@@ -353,7 +352,7 @@ def attach(self:SwarmPanel, root=None, experiment:str|None=None):
     experiment = self.fields["experiment"].value if experiment is None else experiment
     errors = {}
     for k, v in (("root", root), ("experiment", experiment)):
-        try: preset("laptop", **{k: v})
+        try: preset(COMMAND_PRESET, **{k: v})
         except ConfigError as e: errors[k] = str(e)
     self._show_errors(errors)
     if errors: self._say("cannot attach: fix the folder", error=True); return

@@ -79,11 +79,12 @@ def rescore(candidates: list, # groups from the pool (untrusted)
            ) -> tuple[list, Counter]:
     "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally within `budget`; the rest by reason."
     rejected, kept, budget = Counter(), [], budget if budget is not None else ScoringBudget()
+    in_fair_order = lambda gs: fair_order(gs, _order_rng(rng if rng is not None else random.Random(0)))  # `rng` itself is not advanced
     def refuse(g, why):
         rejected[why] += 1
         if by_sender is not None: by_sender[(g.node_id, why)] += 1
     share = budget.seconds / max(len({g.node_id for g in candidates}), 1)  # what one sender's rebuilds may take
-    for i in fair_order(candidates, _order_rng(rng if rng is not None else random.Random(0))):
+    for i in in_fair_order(candidates):
         # rebuilding an item costs time too: charged to its sender, in fair order, within its share of the round's budget
         g = candidates[i]
         if budget.spent[g.node_id] >= share or budget.used >= budget.seconds: why = "over_budget"
@@ -92,7 +93,7 @@ def rescore(candidates: list, # groups from the pool (untrusted)
         if why: refuse(g, why)
         else: kept.append((i, g, entry))
     keep = [(g, entry) for _, g, entry in sorted(kept, key=lambda t: t[0])]  # back in arrival order
-    order = fair_order([g for g, _ in keep], _order_rng(rng if rng is not None else random.Random(0)))
+    order = in_fair_order([g for g, _ in keep])
     results = [None] * len(keep)
     scored = _score_all(reward_fn, [(keep[i][1], list(keep[i][0].completions)) for i in order],
                         budget, [keep[i][0].node_id for i in order])

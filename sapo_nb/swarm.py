@@ -61,7 +61,6 @@ def run_inline(cfgs:list, log=print, build=None) -> dict:
     "Run the nodes of `cfgs` in this process, one round each in turn. Returns {node_id: 'done' | error text}."
     from sapo_nb.node import SwarmNode
     from sapo_nb.node import open_transport
-    check_startable(cfgs)  # nothing is written for a run that cannot start
     shared = open_transport(cfgs[0]) if cfgs[0].transport == "memory" else None
     write_swarm_config(cfgs)
     if warning := pool_shortfall(cfgs): log(warning)
@@ -103,7 +102,8 @@ def check_startable(cfgs:list):
         except ModelLoadError as e: raise ConfigError(f"SAPOConfig.model: {e}") from None
 
 def write_swarm_config(cfgs:list):
-    "Record the swarm's configs next to its results: `<root>/<experiment>/config.json` (after `check_startable`)."
+    "Record the swarm's configs next to its results, `<root>/<experiment>/config.json`, once `check_startable` passes: nothing is written for a run that cannot start."
+    check_startable(cfgs)
     d = experiment_dir(cfgs[0])
     atomic_write(d / "config.json", json.dumps({"nodes": [c.to_dict() for c in cfgs]}, indent=1))
 
@@ -168,7 +168,6 @@ class ProcessSwarm:
             raise ConfigError("SAPOConfig.transport: got 'memory'; allowed in process mode: folder, hivemind (or use --mode inline)")
         self.cfgs, self.procs = cfgs, {}
         self.threads = thread_share(len(cfgs)) if threads is None else threads
-        check_startable(cfgs)  # nothing is written for a run that cannot start
         write_swarm_config(cfgs)
 
     def start(self):

@@ -250,12 +250,14 @@ class Transport:
     def _log_once(self, tag, msg, *args):
         if tag not in self._logged: self._logged.add(tag); logger.warning(msg, *args)
 
-    def _reject(self, reason, where, once=None):
-        "Count a reject (once per `once` key) and log the first one of each reason; `where` holds peer text escaped."
+    def _reject(self, reason, where, once=None, sender=None):
+        "Count a reject (once per `once` key), also against `sender` (the name a file came under) when given; log the first one of each reason; `where` holds peer text escaped."
         if once is not None:
             if once in self._counted: return
             self._counted.add(once)
         self.rejects[reason] += 1
+        if sender is not None and len(self.refused_from) < 4 * self.limits.max_files_per_round:
+            self.refused_from[(sender, reason)] += 1  # a label, unverified when the reason is its signature
         self._log_once(reason, "%s pool: rejected %s (%s: %s); further rejects for this reason are only counted",
                        self.name, where, reason, REJECT_REASONS.get(reason, ""))
 
@@ -398,10 +400,7 @@ def _read_entry(self: Transport, round, e: Entry, budget: int):
             if size > budget: self._count_drop("over_bytes", round, e.key); return None
             groups, why = decode_rollout(data, round, self.limits, expected_node=e.node,
                                          expected_experiment=self.experiment, expected_swarm=self.swarm)
-    for j, r in enumerate(why):
-        if once + (r, j) not in self._counted and len(self.refused_from) < 4 * self.limits.max_files_per_round:
-            self.refused_from[(e.node, r)] += 1  # by the name it came under: a label, unverified when the reason is its signature
-        self._reject(r, where, once + (r, j))
+    for j, r in enumerate(why): self._reject(r, where, once + (r, j), sender=e.node)
     self._cache[(round, e.key)] = (e.stamp, size, groups)
     if (groups or not why) and (e.node in self._seen or len(self._seen) < 4 * self.limits.max_files_per_round):
         self._seen.setdefault(e.node, round)
