@@ -2,7 +2,7 @@
 
     nice -n 19 python bench/plan_in_background.py sharing --root /work/runs --data nbs/data &
 
-A plan is pinned to one library commit (`plan.json`, see `17_experiments`). To keep working on the library while a
+A plan is pinned to one library commit (`plan.json`, see `20_experiments`). To keep working on the library while a
 plan runs, run the plan from a worktree of that commit and commit its results into the main checkout:
 
     git worktree add ../plan <commit> && PYTHONPATH=../plan nice -n 19 python ../plan/bench/plan_in_background.py \
