@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import sapo_nb
 from sapo_nb.models import load_policy
-from sapo_nb.node import save_checkpoint, verify_checkpoint, load_checkpoint, CHECKPOINT_FILES, _digest
+from sapo_nb.durability import save_checkpoint, verify_checkpoint, load_checkpoint, CHECKPOINT_FILES, file_digest
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -35,7 +35,7 @@ with tempfile.TemporaryDirectory() as d:
     save, save_mem = timed(lambda: save_checkpoint(d, 0, pol.model, opt, {}))
     ck = Path(d) / "round_0"
     size = sum((ck / n).stat().st_size for n in CHECKPOINT_FILES)
-    t = time.perf_counter(); [_digest(ck / n) for n in CHECKPOINT_FILES]; digest = time.perf_counter() - t
+    t = time.perf_counter(); [file_digest(ck / n) for n in CHECKPOINT_FILES]; digest = time.perf_counter() - t
     verify, verify_mem = timed(lambda: verify_checkpoint(ck))
     load, load_mem = timed(lambda: load_checkpoint(d, pol.model, opt, log=lambda *_: None))
 print(json.dumps(dict(library=os.path.dirname(sapo_nb.__file__), bytes=size, save_s=round(save, 2), hash_s=round(digest, 2),

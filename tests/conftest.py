@@ -13,6 +13,7 @@ import pytest
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long end-to-end test (real processes, a browser); it runs by default and in CI")
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU; skipped with the reason where there is none")
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ import torch
 from sapo_nb import node as node_module, panel
 from sapo_nb.monitor import SwarmWatcher, swarm_status, format_status
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
-from sapo_nb.node import SwarmNode, NodeLease, CheckpointError
+from sapo_nb.node import SwarmNode
+from sapo_nb.durability import NodeLease, CheckpointError
 from sapo_nb.swarm import ProcessSwarm, UnsupportedPlatform, node_configs, stop_swarm, thread_share, set_threads
 from sapo_nb.transport import MemoryTransport
 

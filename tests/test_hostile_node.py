@@ -12,7 +12,8 @@ import pytest
 from conftest import tiny_config as tiny
 
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
-from sapo_nb.node import SwarmNode, NodeLease, NodeRunning, ResumeError, CheckpointError, lease_path, _digest
+from sapo_nb.node import SwarmNode
+from sapo_nb.durability import NodeLease, NodeRunning, ResumeError, CheckpointError, lease_path, file_digest
 from sapo_nb.transport import MemoryTransport
 
 
@@ -68,7 +69,7 @@ def _rewrite_state(ck:Path, **changes):
     "Edit a checkpoint's state.json and fix its checksum, as someone with write access to the folder could."
     st = json.loads((ck / "state.json").read_text()); st.update(changes)
     (ck / "state.json").write_text(json.dumps(st))
-    marker = json.loads((ck / "complete").read_text()); marker["files"]["state.json"] = _digest(ck / "state.json")
+    marker = json.loads((ck / "complete").read_text()); marker["files"]["state.json"] = file_digest(ck / "state.json")
     (ck / "complete").write_text(json.dumps(marker))
 
 

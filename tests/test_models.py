@@ -100,5 +100,5 @@ def test_a_trainer_never_steps_another_nodes_adapter():
                   prompt="What is 3 + 9?", node_id="n", round=0)
         b.activate()
         with pytest.raises(RuntimeError, match="another adapter of the shared base is active"): trainer.step([g])
-        a.activate(); assert trainer.step([g])["tokens_trained"] > 0
+        a.activate(); assert trainer.step([g]).tokens_trained > 0
     finally: a.release(); b.release()

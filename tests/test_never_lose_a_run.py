@@ -99,7 +99,7 @@ def test_status_knows_an_exited_node(tmp_path):
     "A node that stopped part-way (its lease released), and one killed (its lease naming a dead pid): `stopped`, not `alive`."
     import socket, subprocess, sys
     from sapo_nb.monitor import swarm_status
-    from sapo_nb.node import lease_path
+    from sapo_nb.durability import lease_path
     for node_id in ("node-0", "node-1"):
         cfg = tiny_config(tmp_path, node_id=node_id, experiment="run")
         n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None); n.resume(); n.step()
@@ -140,13 +140,13 @@ def test_a_run_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch):
 
 def test_a_failed_batch_of_nodes_loses_no_question(tmp_path, monkeypatch):
     "Nodes on one base sample in one batch; when that batch fails, it is said, and each node samples the questions it drew itself (none drawn twice, none skipped)."
-    import sapo_nb.generation as generation
+    import sapo_nb.node as node_module
     from sapo_nb.swarm import node_configs, run_inline
-    real = generation.generate_completions
+    real = node_module.generate_completions
     def no_batches(*args, adapters=None, **kw):
         if adapters is not None and len(set(adapters)) > 1: raise RuntimeError("a batch of adapters failed")
         return real(*args, adapters=adapters, **kw)
-    monkeypatch.setattr(generation, "generate_completions", no_batches)
+    monkeypatch.setattr(node_module, "generate_completions", no_batches)
     said, nodes = [], {}
     def build(c, **kw): nodes[c.node_id] = SwarmNode(c, **kw); return nodes[c.node_id]
     cfg = tiny_config(tmp_path, adapter="lora", rounds=2, transport="folder", external_questions=0, checkpoint_every=0)

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import sapo_cli as cli, tiny_config as tiny
 from sapo_nb.core import (UnsafePath, append_jsonl, checkpoint_dir, experiment_dir, metrics_path, read_jsonl, safe_text, trust_root)
-from sapo_nb.node import SwarmNode, NodeLease, NodeRunning, CheckpointError, lease_path, _digest
+from sapo_nb.node import SwarmNode
+from sapo_nb.durability import NodeLease, NodeRunning, CheckpointError, lease_path, file_digest
 from sapo_nb.transport import MemoryTransport
 
 
@@ -255,7 +256,7 @@ def test_rewritten_lease_token_says_what_happened(tmp_path):
 def _fix_marker(ck, state:dict):
     "Rewrite `state.json` of checkpoint `ck` with its checksum fixed up, as someone who edits it would."
     (ck / "state.json").write_text(json.dumps(state))
-    marker = json.loads((ck / "complete").read_text()); marker["files"]["state.json"] = _digest(ck / "state.json")
+    marker = json.loads((ck / "complete").read_text()); marker["files"]["state.json"] = file_digest(ck / "state.json")
     (ck / "complete").write_text(json.dumps(marker))
 
 

@@ -78,11 +78,11 @@ def test_flood_from_one_sender_does_not_starve_others():
 def test_costly_rebuilds_are_charged_to_the_round_budget(monkeypatch):
     "Rebuilding items costs time before any scoring: a sender whose 200 items take 10 ms each to rebuild spends its share of the round's budget, not 2 s, and another sender's groups are still rebuilt and scored."
     import sapo_nb.sampler as sampler
-    rebuild = sampler._rebuild
+    rebuild = sampler.rebuild_entry
     def slow_for_flood(g, mix):
         if g.node_id == "flood": time.sleep(0.01)   # a stand-in for the costliest item a mix can rebuild
         return rebuild(g, mix)
-    monkeypatch.setattr(sampler, "_rebuild", slow_for_flood)
+    monkeypatch.setattr(sampler, "rebuild_entry", slow_for_flood)
     items = TaskStream("quick", seed=41, node_id="x").next(204)
     flood, honest = groups_of(items[:200], "flood", lambda e: [e["answer"], "x"]), groups_of(items[200:], "honest", lambda e: [e["answer"], "x"])
     t0 = time.perf_counter()
