@@ -18,12 +18,12 @@ from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, mi
 __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS',
            'METRIC_LABELS', 'SUMMARY_COLUMNS', 'EVAL_ITEM_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS',
            'PEER_REPORT_RUNS', 'synthetic_runs', 'find_runs', 'config_label', 'run_provenance', 'run_info', 'load_runs',
-           'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'agent_cumulative',
+           'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'node_cumulative',
            'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_along_runs',
            'seed_comparison', 'provenance_summary', 'config_summary', 'plan_progress', 'metric_units', 'seed_table',
            'findings', 'load_eval_items', 'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round',
            'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times',
-           'adaptive_agents', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary',
+           'adaptive_nodes', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary',
            'write_report']
 
 # %% ../nbs/19_analysis.ipynb #5294e113
@@ -35,7 +35,7 @@ def synthetic_runs(
     rounds:int=30, # rounds per node
     G:int=4, # completions per question
     total:int=4, # I+J of 'adaptive' runs
-    agent_sd:float=0.02, # spread of the nodes' success probabilities around the level
+    node_sd:float=0.02, # spread of the nodes' success probabilities around the level
     eval_every:int=0, # log held-out pass@1 after every this many rounds and the last; 0: no evaluation
     eval_base:float=0.25, # held-out pass@1 of every node's base policy (round 0's row)
     eval_questions:int=64, # held-out questions per evaluation
@@ -57,7 +57,7 @@ def synthetic_runs(
             # its own stream: evaluation leaves the rest as it was
             erng = np.random.default_rng([s, zlib.crc32(label.encode()), 1])
             for c in cfgs:
-                p, i, j, t = float(np.clip(level + rng.normal(0, agent_sd), 0.01, 0.99)), I, J, 1.7e9
+                p, i, j, t = float(np.clip(level + rng.normal(0, node_sd), 0.01, 0.99)), I, J, 1.7e9
                 log = run / "logs" / c["node_id"]
                 log.mkdir(parents=True, exist_ok=True)
                 lines = []
@@ -208,7 +208,7 @@ def load_runs(
 # %% ../nbs/19_analysis.ipynb #decb5164
 # 'I/J' -> cumulative reward (arXiv 2509.08721)
 PAPER_RESULTS = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
-PAPER_SCALE = dict(agents=8, rounds=2000, model="Qwen2.5-0.5B", questions_per_round=8, G=8)
+PAPER_SCALE = dict(nodes=8, rounds=2000, model="Qwen2.5-0.5B", questions_per_round=8, G=8)
 
 # %% ../nbs/19_analysis.ipynb #8a748d63
 def config_shapes(df:pd.DataFrame) -> pd.DataFrame:
@@ -222,14 +222,14 @@ def config_shapes(df:pd.DataFrame) -> pd.DataFrame:
                 | per_node["J"].nunique().gt(1).groupby("config").any())
     out = pd.DataFrame(dict(I=first["I"].agg(_mode), J=first["J"].agg(_mode), G=first["G"].agg(_mode),
                             model=first["model"].agg(_mode), runs=df.groupby("config")["run"].nunique(),
-                            agents=df.groupby(["config", "run"])["node_id"].nunique().groupby("config").max(),
+                            nodes=df.groupby(["config", "run"])["node_id"].nunique().groupby("config").max(),
                             rounds=per_node["round"].nunique().groupby("config").max(), adaptive=adaptive))
     out["external_share"] = (out.J / (out.I + out.J)).where(~out.adaptive)
     return out
 
 # %% ../nbs/19_analysis.ipynb #d64f4e65
 def config_order(df:pd.DataFrame) -> list:
-    "Configurations by the share of external rollouts J/(I+J) (baseline first, adaptive last); larger batch first."
+    "Configurations by the share of external groups J/(I+J) (baseline first, adaptive last); larger batch first."
     sh = config_shapes(df)
     return sorted(sh.index, key=lambda c: (bool(sh.adaptive[c]), np.nan_to_num(sh.external_share[c], nan=2.0),
                                           -np.nan_to_num(sh.I[c] + sh.J[c]), str(c)))
@@ -264,17 +264,17 @@ def _sorted_by_config(t:pd.DataFrame, df:pd.DataFrame) -> pd.DataFrame:
 def cumulative_reward(
     df:pd.DataFrame, # from `load_runs`
     by=("config", "seed"), # columns to group by; ("config",) sums over all seeds of a configuration
-) -> pd.DataFrame: # by..., agents, rounds, cumulative_reward (paper), cumulative_local, mean_reward
+) -> pd.DataFrame: # by..., nodes, rounds, cumulative_reward (paper), cumulative_local, mean_reward
     "The paper's cumulative reward (sum of `reward_train` over nodes and rounds) and the same over `reward_local`."
     by = [by] if isinstance(by, str) else list(by)
     t = (df.assign(_node=df["run"] + "/" + df["node_id"]).groupby(by)
-           .agg(agents=("_node", "nunique"), rounds=("round", "nunique"), cumulative_reward=("reward_train", _sum),
+           .agg(nodes=("_node", "nunique"), rounds=("round", "nunique"), cumulative_reward=("reward_train", _sum),
                 cumulative_local=("reward_local", _sum), _n=("reward_train", "count")).reset_index())
     t["mean_reward"] = t.cumulative_reward / t.pop("_n")
     return _sorted_by_config(t, df)
 
 # %% ../nbs/19_analysis.ipynb #ae1fa378
-def agent_cumulative(
+def node_cumulative(
     df:pd.DataFrame, # from `load_runs`
     metric:str="reward_train", # the per-round reward to sum
 ) -> pd.DataFrame: # config, seed, run, node_id, total, rounds
@@ -311,13 +311,13 @@ def permutation_test(
 # %% ../nbs/19_analysis.ipynb #3516bfa6
 def _boot_means(groups:list, n_boot:int, rng, unit:str) -> np.ndarray:
     "Bootstrap means of the values in `groups` (one array per run): resampling nodes within runs, or whole runs."
-    if unit == "agent":
+    if unit == "node":
         return np.concatenate([g[rng.integers(0, len(g), (n_boot, len(g)))] for g in groups], axis=1).mean(axis=1)
     if unit == "run":
         s, c = np.array([g.sum() for g in groups]), np.array([len(g) for g in groups])
         i = rng.integers(0, len(groups), (n_boot, len(groups)))
         return s[i].sum(axis=1) / c[i].sum(axis=1)
-    raise ValueError(f"unit must be 'agent' or 'run', got {unit!r}")
+    raise ValueError(f"unit must be 'node' or 'run', got {unit!r}")
 
 # %% ../nbs/19_analysis.ipynb #8ebbbdaf
 def improvement(
@@ -326,13 +326,13 @@ def improvement(
     metric:str="reward_train", # 'reward_train' (the paper's) or 'reward_local'
     n_boot:int=2000, # bootstrap resamples
     ci:float=0.95, # interval mass
-    unit:str="agent", # what the bootstrap resamples: 'agent' (nodes within runs) or 'run'
+    unit:str="node", # what the bootstrap resamples: 'node' (nodes within runs) or 'run'
     n_perm:int=10_000, # relabellings of the permutation test
     seed:int=0, # random seed of bootstrap and test
 ) -> pd.DataFrame: # one row per configuration
     "Cumulative reward per configuration, % improvement over the baseline with a bootstrap interval, permutation p."
     base = resolve_config(df, baseline)
-    tot, loc = agent_cumulative(df, metric), agent_cumulative(df, "reward_local")
+    tot, loc = node_cumulative(df, metric), node_cumulative(df, "reward_local")
     groups = lambda c: [g.to_numpy(float) for _, g in tot[tot.config == c].groupby("run")["total"]]
     rng, b, b_loc = np.random.default_rng(seed), tot[tot.config == base].total, loc[loc.config == base].total
     b_boot = _boot_means(groups(base), n_boot, rng, unit)
@@ -340,7 +340,7 @@ def improvement(
     for c in config_order(df):
         x, x_loc = tot[tot.config == c], loc[loc.config == c]
         with np.errstate(divide="ignore", invalid="ignore"):  # a baseline of 0 gives inf/NaN, not an error
-            row = dict(config=c, baseline=base, runs=x.run.nunique(), agents=len(x),
+            row = dict(config=c, baseline=base, runs=x.run.nunique(), nodes=len(x),
                        cumulative_reward=x.groupby("run").total.sum(min_count=1).mean(),
                        cumulative_local=x_loc.groupby("run").total.sum(min_count=1).mean(),
                        improvement_pct=100 * (x.total.mean() / b.mean() - 1),
@@ -363,7 +363,7 @@ def compare_configs(
 ) -> dict: # config_a, config_b, mean_a, mean_b (per-node cumulative rewards) and the test's result
     "Permutation test between the nodes' cumulative rewards of two configurations."
     a, b = resolve_config(df, a), resolve_config(df, b)
-    tot = agent_cumulative(df, metric)
+    tot = node_cumulative(df, metric)
     x, y = tot[tot.config == a].total, tot[tot.config == b].total
     return dict(config_a=a, config_b=b, mean_a=float(x.mean()), mean_b=float(y.mean()),
                 **permutation_test(x, y, **kwargs))
@@ -421,7 +421,7 @@ def seed_comparison(
     return t
 
 # %% ../nbs/19_analysis.ipynb #1f574e5c
-SUMMARY_COLUMNS = ("config", "I", "J", "seeds", "seed_list", "agents", "rounds", "base_pass1", "final_pass1",
+SUMMARY_COLUMNS = ("config", "I", "J", "seeds", "seed_list", "nodes", "rounds", "base_pass1", "final_pass1",
                    "final_pass1_sd", "area_pass1", "area_pass1_sd", "reward_local_sum", "reward_local_sum_sd",
                    "paper_metric", "paper_vs_baseline_pct", "train_vs_local_pct", "artefact_pct", "train_minus_local",
                    "selection_gap", "beyond_selection", "base_rate", "effective_J", "effective_J_low",
@@ -473,7 +473,7 @@ def config_summary(
     t["I"], t["J"] = sh.I, sh.J
     seeds = df.groupby("config").seed.agg(lambda s: sorted(map(int, s.unique())))
     t["seeds"], t["seed_list"] = seeds.map(len), seeds.map(lambda s: ", ".join(map(str, s)))
-    t["agents"], t["rounds"] = sh.agents, sh.rounds
+    t["nodes"], t["rounds"] = sh.nodes, sh.rounds
     t["base_pass1"] = df.groupby("config").eval_base_pass1.mean() if "eval_base_pass1" in df.columns else np.nan
     for col, (metric, summary) in (("final_pass1", ("eval_pass1", "final")), ("area_pass1", ("eval_pass1", "area")),
                                    ("reward_local_sum", ("reward_local", "sum"))):
@@ -900,7 +900,7 @@ def fig_phase_times(
     return fig
 
 # %% ../nbs/19_analysis.ipynb #3265114c
-def adaptive_agents(df:pd.DataFrame) -> pd.DataFrame:
+def adaptive_nodes(df:pd.DataFrame) -> pd.DataFrame:
     "The rows of nodes that adapt J (adaptive mode set in their config, or J changing over rounds)."
     moving = df.groupby(["run", "node_id"])["J"].transform("nunique") > 1
     return df[df.adaptive.map(_is_adaptive) | moving]
@@ -909,9 +909,9 @@ def adaptive_agents(df:pd.DataFrame) -> pd.DataFrame:
 def fig_adaptive_j(
     df:pd.DataFrame, # from `load_runs`
 ):
-    "J (external rollouts per round) over rounds for every node that adapts it; a note in the figure if none does."
+    "J (external groups per round) over rounds for every node that adapts it; a note in the figure if none does."
     import plotly.graph_objects as go
-    ad, fig = adaptive_agents(df), go.Figure()
+    ad, fig = adaptive_nodes(df), go.Figure()
     for (run, node), g in ad.groupby(["run", "node_id"]):
         fig.add_trace(go.Scatter(x=g["round"], y=g["J"], mode="lines", line=dict(shape="hv", width=1.5),
                                  name=f"{g.config.iloc[0]} · {node} · seed {g.seed.iloc[0]}"))
@@ -924,9 +924,9 @@ def fig_adaptive_j(
 def held_out_curves(
     df:pd.DataFrame, # from `load_runs`
     metric:str="eval_pass1", # an evaluation column; its base value is read from `statistics.base_column(metric)`
-) -> pd.DataFrame: # config, seed, rounds_trained, pass1 (mean over the nodes evaluated), agents
+) -> pd.DataFrame: # config, seed, rounds_trained, pass1 (mean over the nodes evaluated), nodes
     "Each run's held-out curve: the base evaluation at 0 rounds trained, round r's evaluation at r + 1."
-    cols, parts = ["config", "seed", "rounds_trained", "pass1", "agents"], []
+    cols, parts = ["config", "seed", "rounds_trained", "pass1", "nodes"], []
     for col, shift in ((base_column(metric), 0), (metric, 1)):
         if col in df.columns:
             e = df.dropna(subset=[col])
@@ -934,7 +934,7 @@ def held_out_curves(
     t = pd.concat(parts) if parts else pd.DataFrame()
     if t.empty: return pd.DataFrame(columns=cols)
     t = (t.groupby(["config", "seed", "rounds_trained"])
-          .agg(pass1=("pass1", "mean"), agents=("node_id", "nunique")).reset_index())
+          .agg(pass1=("pass1", "mean"), nodes=("node_id", "nunique")).reset_index())
     return _sorted_by_config(t, df)[cols]
 
 # %% ../nbs/19_analysis.ipynb #9de9e6c7
@@ -973,23 +973,23 @@ def compare_with_paper(
     df:pd.DataFrame, # from `load_runs`
     baseline:str|None=None, # our baseline configuration; None: the one with J=0
     **kwargs, # passed to `improvement`
-) -> pd.DataFrame: # one row per share of external rollouts J/(I+J)
+) -> pd.DataFrame: # one row per share of external groups J/(I+J)
     "Side-by-side table of the paper's cumulative rewards and improvements and ours, matched by J/(I+J), with scales."
     s = PAPER_SCALE
     paper = pd.DataFrame([dict(external_share=int(k.split("/")[1]) / s["questions_per_round"], paper_config=k,
-                               paper_cumulative=v, paper_mean_reward=v / (s["agents"] * s["rounds"]),
+                               paper_cumulative=v, paper_mean_reward=v / (s["nodes"] * s["rounds"]),
                                paper_vs_baseline_pct=100 * (v / PAPER_RESULTS["8/0"] - 1),
-                               paper_scale=f"{s['agents']} agents × {s['rounds']} rounds, {s['model']}, "
+                               paper_scale=f"{s['nodes']} nodes × {s['rounds']} rounds, {s['model']}, "
                                            f"G={s['G']}, 1 run")
                           for k, v in PAPER_RESULTS.items()])
     imp, sh = improvement(df, baseline, **kwargs), config_shapes(df)
     ours = pd.DataFrame(dict(
         external_share=imp.config.map(sh.external_share).to_numpy(), ours_config=imp.config.to_numpy(),
         ours_cumulative=imp.cumulative_reward.to_numpy(),
-        ours_mean_reward=(imp.cumulative_reward / (imp.config.map(sh.agents) * imp.config.map(sh.rounds))).to_numpy(),
+        ours_mean_reward=(imp.cumulative_reward / (imp.config.map(sh.nodes) * imp.config.map(sh.rounds))).to_numpy(),
         ours_vs_baseline_pct=imp.improvement_pct.to_numpy(), ours_ci_low_pct=imp.ci_low_pct.to_numpy(),
         ours_ci_high_pct=imp.ci_high_pct.to_numpy(), ours_p_value=imp.p_value.to_numpy(),
-        ours_scale=[f"{sh.agents[c]} agents × {sh.rounds[c]} rounds, {sh.model[c]}, G={sh.G[c]:.0f}, "
+        ours_scale=[f"{sh.nodes[c]} nodes × {sh.rounds[c]} rounds, {sh.model[c]}, G={sh.G[c]:.0f}, "
                     f"{sh.runs[c]} run{'s' if sh.runs[c] > 1 else ''}" for c in imp.config]))
     t = paper.merge(ours, on="external_share", how="outer")
     return t.sort_values("external_share", na_position="last").reset_index(drop=True)
@@ -1080,7 +1080,7 @@ def write_report(
     imp = improvement(df, base, n_boot=n_boot)
     cs = config_summary(df, base, mixed_commits)
     art = cs.set_index("config").rename(columns={"base_rate": "p"})
-    cum = imp[["config", "runs", "agents", "cumulative_reward", "improvement_pct", "cumulative_local",
+    cum = imp[["config", "runs", "nodes", "cumulative_reward", "improvement_pct", "cumulative_local",
                "local_improvement_pct"]].assign(base_rate=imp.config.map(art.p),
                                                 artefact_pct=imp.config.map(art.artefact_pct))
     sc = seed_comparison(df, base, alpha=alpha, effect=effect, margin_pct=margin_pct, mixed_commits=mixed_commits)
@@ -1088,7 +1088,7 @@ def write_report(
                                                                     "ours_p_value"])
     cmp["ours_artefact_pct"] = cmp.ours_config.map(art.artefact_pct)
     aha = aha_rounds(df, delta=delta, window=aha_window)
-    aha_sum = aha.groupby("config", sort=False).agg(agents=("node_id", "size"), jumped=("jump_round", "count"),
+    aha_sum = aha.groupby("config", sort=False).agg(nodes=("node_id", "size"), jumped=("jump_round", "count"),
                                                    first_jump=("jump_round", "min"), median_lag=("lag", "median"),
                                                    max_lag=("lag", "max")).reset_index()
     held_out = bool(df.eval_pass1.notna().any())
@@ -1097,7 +1097,7 @@ def write_report(
              ("Raw reward per node", fig_rewards(df)),
              ("Cumulative reward", fig_cumulative(df, base, intervals=False, n_boot=n_boot)),
              ("Time per phase", fig_phase_times(df))]
-    if not adaptive_agents(df).empty: figs.append(("Adaptive J", fig_adaptive_j(df)))
+    if not adaptive_nodes(df).empty: figs.append(("Adaptive J", fig_adaptive_j(df)))
     e = html.escape
     parts = [f"<h1>SAPO report</h1><p class='note'>{e(str(path.resolve()))} · {df.run.nunique()} runs · "
              f"{len(df)} node-rounds · written {time.strftime('%Y-%m-%d %H:%M')}</p>",
@@ -1149,7 +1149,7 @@ def write_report(
               else "<p>No configuration to compare with the baseline.</p>"),
              "<ul>" + "".join(f"<li><b>{e(r.label)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>"
                               for r in sc.itertuples()) + "</ul>",
-             "<h2>Against the paper</h2><p class='note'>Matched by the share of external rollouts J/(I+J). Absolute "
+             "<h2>Against the paper</h2><p class='note'>Matched by the share of external groups J/(I+J). Absolute "
              "cumulative rewards scale with nodes × rounds and task difficulty; compare improvements and mean reward "
              "per node-round; ours_artefact_pct is the no-learning artefact at our base rate (see above).</p>",
              _table(cmp)]

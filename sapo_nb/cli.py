@@ -6,11 +6,16 @@
 from __future__ import annotations
 import argparse, os, sys, time
 from dataclasses import fields
+from typing import Callable, NamedTuple
 from .config import (SAPOConfig, ConfigError, CHOICES, COMMAND_PRESET, PRESETS, field_docs, load_config,
                             field_kind)
 
 # %% auto #0
-__all__ = ['SHORT_FLAGS', 'add_config_args', 'config_from_args', 'demo', 'main']
+__all__ = ['SHORT_FLAGS', 'COMMANDS', 'add_config_args', 'config_from_args', 'demo', 'add_demo_command', 'run_demo',
+           'add_node_command', 'run_node', 'add_swarm_command', 'run_swarm', 'add_experiment_command', 'run_experiment',
+           'add_report_command', 'run_report', 'add_status_command', 'run_status', 'add_clean_command', 'run_clean',
+           'add_compare_command', 'run_compare', 'add_save_model_command', 'run_save_model', 'add_export_command',
+           'run_export', 'Command', 'main']
 
 # %% ../nbs/22_cli.ipynb #44c0b455
 SHORT_FLAGS = dict(local_questions="-I", external_questions="-J", completions_per_question="-G")
@@ -44,6 +49,31 @@ def config_from_args(ns:argparse.Namespace, environ=None) -> SAPOConfig:
              for k, v in vars(ns).items() if k in kinds}
     return load_config(getattr(ns, "config", None), environ, getattr(ns, "preset", None), **flags)
 
+# %% ../nbs/22_cli.ipynb #c0487a8d
+def _positive(text:str) -> int:
+    try: n = int(text)
+    except ValueError: n = 0
+    if n < 1: raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a whole number >= 1")
+    return n
+
+# %% ../nbs/22_cli.ipynb #79810f04
+def _folder_args(parser):
+    parser.add_argument("--root", default=None, help="run folder (default: SAPO_ROOT or sapo_runs)")
+    parser.add_argument("--experiment", default=None, help="experiment name (default: SAPO_EXPERIMENT or sapo)")
+    return parser
+
+# %% ../nbs/22_cli.ipynb #c1bca3a9
+def _run_config(args:argparse.Namespace) -> SAPOConfig:
+    "The config a model-running command asks for: its flags over the bare command's preset."
+    if args.config is None and args.preset is None: args.preset = args.default_preset
+    return config_from_args(args)
+
+# %% ../nbs/22_cli.ipynb #3c29f518
+def _folder_config(args:argparse.Namespace) -> SAPOConfig:
+    "The config of a command that reads a run folder: `--root` and `--experiment`, if given, over the environment."
+    given = {k: getattr(args, k) for k in ("root", "experiment") if getattr(args, k) is not None}
+    return load_config(**given)
+
 # %% ../nbs/22_cli.ipynb #175fa51b
 def demo(cfg:SAPOConfig, questions:int=4, log=print) -> float:
     """Answer `questions` questions of the config's mix with G completions each;
@@ -72,30 +102,37 @@ def demo(cfg:SAPOConfig, questions:int=4, log=print) -> float:
         f"({c.total_tokens / max(c.seconds, 1e-9):.0f} tokens/s)")
     return mean
 
-# %% ../nbs/22_cli.ipynb #c0487a8d
-def _positive(text:str) -> int:
-    try: n = int(text)
-    except ValueError: n = 0
-    if n < 1: raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a whole number >= 1")
-    return n
-
-# %% ../nbs/22_cli.ipynb #79810f04
-def _folder_args(parser):
-    parser.add_argument("--root", default=None, help="run folder (default: SAPO_ROOT or sapo_runs)")
-    parser.add_argument("--experiment", default=None, help="experiment name (default: SAPO_EXPERIMENT or sapo)")
-    return parser
-
-# %% ../nbs/22_cli.ipynb #ed1c6a51
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sapo",
-                                description="SAPO: decentralized RL post-training that shares decoded rollouts.")
-    sub = p.add_subparsers(dest="command", required=True)
+# %% ../nbs/22_cli.ipynb #35d8f9f1
+def add_demo_command(sub) -> argparse.ArgumentParser:
+    "`sapo demo`: the config flags (laptop preset) and `--questions`."
     d = add_config_args(sub.add_parser("demo", help="answer a few questions with the model, with rewards"),
                         preset=COMMAND_PRESET)
     d.add_argument("--questions", type=int, default=4, help="questions to answer")
+    return d
+
+# %% ../nbs/22_cli.ipynb #508e2d6f
+def run_demo(args) -> int:
+    "`sapo demo`: answer `--questions` questions with their rewards; 0."
+    demo(_run_config(args), args.questions)
+    return 0
+
+# %% ../nbs/22_cli.ipynb #cb76a0e1
+def add_node_command(sub) -> argparse.ArgumentParser:
+    "`sapo node`: the config flags (the paper's values) and `--threads`."
     n = add_config_args(sub.add_parser("node", help="run one node"))
     n.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for this node (default: torch's, one per core)")
+    return n
+
+# %% ../nbs/22_cli.ipynb #efdab8c3
+def run_node(args) -> int:
+    "`sapo node`: run one node to its last round; its exit code."
+    from sapo_nb import swarm
+    return swarm.run_node(_run_config(args), args.threads, log=lambda *x: print(*x, flush=True))
+
+# %% ../nbs/22_cli.ipynb #f4ba5b2c
+def add_swarm_command(sub) -> argparse.ArgumentParser:
+    "`sapo swarm`: the config flags (laptop preset), how many nodes and how they run."
     s = add_config_args(sub.add_parser("swarm", help="run several nodes on this machine"), preset=COMMAND_PRESET)
     s.add_argument("--nodes", type=int, default=3, help="nodes to start (node-0, node-1, ...)")
     s.add_argument("--mode", choices=["inline", "process"], default="inline",
@@ -108,155 +145,38 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-checkpoints", action="store_true",
                    help="keep the checkpoints of a finished run (to extend it later, or keep the weights); "
                         "a run stopped part-way always keeps them")
-    from sapo_nb.experiments import add_experiment_args  # light: no torch
-    add_experiment_args(sub.add_parser("experiment", help="run a plan (every configuration x seed), resumable"))
-    rp = sub.add_parser("report", help="write a self-contained HTML report of the runs under a folder")
-    rp.add_argument("path", help="an experiment folder, or a folder of runs")
-    rp.add_argument("--out", default=None, help="where to write the report (default: PATH/report.html)")
-    rp.add_argument("--window", type=int, default=100, help="moving-average window in rounds (clipped for short runs)")
-    _folder_args(sub.add_parser("status", help="show the nodes of a swarm folder"))
-    _folder_args(sub.add_parser("clean", help="remove a run's checkpoints, keeping its metrics, pool and configs"))
-    cp = sub.add_parser("compare",
-                        help="a node's answers to the held-out questions before and after training, side by side")
-    cp.add_argument("run", help="a run folder: <root>/<experiment>")
-    cp.add_argument("--node", default="node-0", help="the node to compare (default: %(default)s)")
-    cp.add_argument("--show", type=int, default=10, help="questions to show, changed ones first (default: %(default)s)")
-    sm = sub.add_parser("save-model",
-                        help="write a node's trained model (its newest checkpoint) as a transformers folder")
-    sm.add_argument("run", help="a run folder: <root>/<experiment>")
-    sm.add_argument("--node", default="node-0", help="the node whose model to write (default: %(default)s)")
-    sm.add_argument("--to", required=True, help="the folder to write; it must not exist")
-    sm.add_argument("--as", dest="form", choices=["merged", "adapter", "gguf"], default="merged",
-                    help="a whole transformers model (default), a LoRA node's adapter alone, "
-                         "or GGUF (needs llama.cpp's converter)")
-    sm.add_argument("--push-to-hub", metavar="USER/NAME", default=None,
-                    help="also upload the folder to this hub repository")
-    sm.add_argument("--public", action="store_true", help="make a new hub repository public (default: private)")
-    ex = sub.add_parser("export",
-                        help="replay a finished run's metrics into a tracker (TensorBoard, W&B offline, Trackio)")
-    ex.add_argument("run", help="a run folder: <root>/<experiment>, holding logs/<node>/metrics.jsonl")
-    ex.add_argument("--to", required=True, choices=CHOICES["tracker"][1:], help="the tracker")
-    ex.add_argument("--out", default=None, help="where its files go (default: RUN/tracker)")
-    ex.add_argument("--project", default=None, help="the tracker's project name (default: from the run folder's name)")
-    return p
-
-# %% ../nbs/22_cli.ipynb #87da9049
-def main(argv=None) -> int:
-    "The `sapo` command."
-    args = _parser().parse_args(argv)
-    # light: torch is imported only when a node starts
-    from sapo_nb.durability import NodeRunning, CheckpointError
-    from sapo_nb.core import UnsafePath, trust_root
-    try:
-        if args.command in ("status", "clean"):
-            cfg = load_config(**{k: v for k, v in (("root", args.root), ("experiment", args.experiment))
-                                 if v is not None})
-            if args.command == "clean": return _clean(cfg)
-            from sapo_nb.monitor import swarm_status, format_status, format_peers
-            trust_root(cfg.root)  # read from the root down, never through a link planted below it
-            status = swarm_status(cfg.root, cfg.experiment)
-            print(format_status(status))
-            if peers := format_peers(status): print("\n" + peers)
-            return 0
-        if args.command == "experiment":
-            from sapo_nb.experiments import experiment_main
-            return experiment_main(args)
-        if args.command == "save-model":
-            return _save_model(args.run, args.node, args.to, args.form, args.push_to_hub, args.public)
-        if args.command == "compare":
-            from sapo_nb.monitor import compare_answers, format_comparison
-            try:
-                print(format_comparison(compare_answers(args.run, args.node), args.node, args.show))
-                return 0
-            except ValueError as e:
-                print(f"sapo compare: {e}", file=sys.stderr)
-                return 2
-        if args.command == "export":
-            from sapo_nb.trackers import export_run, TrackerError
-            try:
-                export_run(args.run, args.to, out=args.out, project=args.project)
-                return 0
-            except (TrackerError, ValueError, FileNotFoundError) as e:
-                print(f"sapo export: {e}", file=sys.stderr)
-                return 1
-        if args.command == "report":
-            from sapo_nb.analysis import write_report
-            try:
-                print(write_report(args.path, args.out, window=args.window))
-                return 0
-            except (ValueError, FileNotFoundError) as e:
-                print(f"sapo report: {e}", file=sys.stderr)
-                return 2
-        # what --help shows
-        if args.config is None and args.preset is None: args.preset = args.default_preset
-        cfg = config_from_args(args)
-        if args.command == "demo":
-            demo(cfg, args.questions)
-            return 0
-        if args.command == "node":
-            from sapo_nb.swarm import run_node
-            return run_node(cfg, args.threads, log=lambda *x: print(*x, flush=True))
-        return _swarm(cfg, args)
-    except (ConfigError, NodeRunning, CheckpointError, UnsafePath) as e:
-        # a bad flag, a node id already running, no intact checkpoint, a link or a folder planted where the run's
-        # own files go
-        print(f"sapo: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as e:
-        # what a run that cannot start says (a key folder inside the pool, a full disk): one line, unless asked
-        # for the traceback
-        if os.environ.get("SAPO_DEBUG"): raise
-        print(f"sapo: {type(e).__name__}: {e} (SAPO_DEBUG=1 shows where)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(_stopped(args, argv), file=sys.stderr)
-        return 130
+    return s
 
 # %% ../nbs/22_cli.ipynb #d8a084e1
 def _given(name:str, args) -> bool:
     "Whether the user set config field `name`: a flag, the environment (`SAPO_<FIELD>`) or a config file."
     return name in vars(args) or f"SAPO_{name.upper()}" in os.environ or getattr(args, "config", None) is not None
 
-# %% ../nbs/22_cli.ipynb #16bbdef9
-def _stopped(args, argv) -> str:
-    "What Ctrl-C leaves: per node, the rounds logged and the newest checkpoint, and the command that goes on."
-    import shlex
-    from sapo_nb.core import checkpoint_dir
-    from sapo_nb.durability import checkpoint_rounds, rounds_logged
-    if args.command not in ("swarm", "node"): return "sapo: stopped"
-    try:
-        from sapo_nb.swarm import node_configs
-        cfg = config_from_args(args)
-        lines = []
-        for c in [cfg] if args.command == "node" else node_configs(cfg, args.nodes, args.override):
-            logged = rounds_logged(c)
-            try: kept = max(checkpoint_rounds(checkpoint_dir(c)), default=None)
-            except OSError: kept = None
-            lines.append(f"  {c.node_id}: {logged} round(s) logged; "
-                         + ("no checkpoint yet: it starts over (its rows kept aside)"
-                            if kept is None else f"resumes after round {kept + 1} (its checkpoint)"))
-    except Exception as e: lines = [f"  (what was kept could not be read: {type(e).__name__})"]
-    again = shlex.join(["sapo", *(sys.argv[1:] if argv is None else argv)])
-    return "\n".join(["sapo: stopped. Kept:", *lines, f"The same command goes on: {again}"])
+# %% ../nbs/22_cli.ipynb #7f579b26
+def _plan_line(cfg:SAPOConfig, args) -> str:
+    "The line `sapo swarm` starts with: the model, how it trains, the rounds, I/J/G and where the results go."
+    from sapo_nb.core import experiment_dir
+    shared = "one shared base" if args.mode == "inline" else "a base per process"
+    training = (f"a LoRA adapter each (rank {cfg.lora_rank}, {shared}; --adapter none trains every weight)"
+                if cfg.adapter == "lora" else "every weight (full fine-tuning; --adapter lora is lighter)")
+    return (f"sapo swarm: {args.nodes} nodes ({args.mode}) of {cfg.model} training {training}, "
+            f"{cfg.rounds} rounds of {cfg.mix}, "
+            f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, "
+            f"results in {experiment_dir(cfg)}")
 
 # %% ../nbs/22_cli.ipynb #7d22112e
-def _swarm(cfg, args) -> int:
+def run_swarm(args) -> int:
+    "`sapo swarm`: run the nodes, then say what happened; 1 if a node failed."
     from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall, waiting_for_peers
-    from sapo_nb.core import experiment_dir
     from sapo_nb.models import precision_note, resolve_device
+    cfg = _run_config(args)
     cfgs = node_configs(cfg, args.nodes, args.override)
     if args.mode == "process" and args.nodes > 1 and not _given("wait_policy", args):
         cfgs = waiting_for_peers(cfgs)
         print(f"process mode: each node waits up to {cfg.wait_seconds:.0f} s a round for the other nodes' rollouts "
               "(--wait-policy none: never)")
     t0 = time.perf_counter()
-    shared = "one shared base" if args.mode == "inline" else "a base per process"
-    training = (f"a LoRA adapter each (rank {cfg.lora_rank}, {shared}; --adapter none trains every weight)"
-                if cfg.adapter == "lora" else "every weight (full fine-tuning; --adapter lora is lighter)")
-    print(f"sapo swarm: {args.nodes} nodes ({args.mode}) of {cfg.model} training {training}, "
-          f"{cfg.rounds} rounds of {cfg.mix}, "
-          f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, "
-          f"results in {experiment_dir(cfg)}")
+    print(_plan_line(cfg, args))
     try: print(precision_note(resolve_device(cfg.device), cfg.compute_dtype, cfg.dtype))
     except ValueError: pass  # a device this machine lacks: the start check says so, in its own words
     # inline mode logs it itself
@@ -304,13 +224,68 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
     out(f"metrics: {exp}/logs/<node>/metrics.jsonl\nreport:  sapo report {shlex.quote(str(exp))}\n"
         f"answers before and after: sapo compare {shlex.quote(str(exp))} --node {nodes[0]}")
 
+# %% ../nbs/22_cli.ipynb #5ce71c82
+def add_experiment_command(sub) -> argparse.ArgumentParser:
+    "`sapo experiment PLAN`: the plan's flags, from `experiments`."
+    from sapo_nb.experiments import add_experiment_args  # light: no torch
+    return add_experiment_args(sub.add_parser("experiment", help="run a plan (every configuration x seed), resumable"))
+
+# %% ../nbs/22_cli.ipynb #18643911
+def run_experiment(args) -> int:
+    "`sapo experiment`: run the plan's runs not yet done; its exit code."
+    from sapo_nb.experiments import experiment_main
+    return experiment_main(args)
+
+# %% ../nbs/22_cli.ipynb #176f5099
+def add_report_command(sub) -> argparse.ArgumentParser:
+    "`sapo report PATH`: where to write, and the moving-average window."
+    rp = sub.add_parser("report", help="write a self-contained HTML report of the runs under a folder")
+    rp.add_argument("path", help="an experiment folder, or a folder of runs")
+    rp.add_argument("--out", default=None, help="where to write the report (default: PATH/report.html)")
+    rp.add_argument("--window", type=int, default=100, help="moving-average window in rounds (clipped for short runs)")
+    return rp
+
+# %% ../nbs/22_cli.ipynb #7cc9c906
+def run_report(args) -> int:
+    "`sapo report`: write the report and print where; 2 with a message when it cannot."
+    from sapo_nb.analysis import write_report
+    try: print(write_report(args.path, args.out, window=args.window))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"sapo report: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+# %% ../nbs/22_cli.ipynb #81f46889
+def add_status_command(sub) -> argparse.ArgumentParser:
+    "`sapo status`: the run folder's coordinates, nothing else."
+    return _folder_args(sub.add_parser("status", help="show the nodes of a swarm folder"))
+
+# %% ../nbs/22_cli.ipynb #cc0679c7
+def run_status(args) -> int:
+    "`sapo status`: print the nodes of the run folder and their peers; 0."
+    from sapo_nb.monitor import swarm_status, format_status, format_peers
+    from sapo_nb.core import trust_root
+    cfg = _folder_config(args)
+    trust_root(cfg.root)  # read from the root down, never through a link planted below it
+    status = swarm_status(cfg.root, cfg.experiment)
+    print(format_status(status))
+    if peers := format_peers(status): print("\n" + peers)
+    return 0
+
+# %% ../nbs/22_cli.ipynb #389a8ac6
+def add_clean_command(sub) -> argparse.ArgumentParser:
+    "`sapo clean`: the run folder's coordinates, nothing else."
+    return _folder_args(sub.add_parser("clean",
+                                       help="remove a run's checkpoints, keeping its metrics, pool and configs"))
+
 # %% ../nbs/22_cli.ipynb #4e5ee1b9
-def _clean(cfg) -> int:
+def run_clean(args) -> int:
     """`sapo clean`: remove the run's checkpoints, print what that freed and what is left;
     1 if a running node kept its own."""
     from sapo_nb.swarm import remove_checkpoints, disk_usage, format_bytes
     from sapo_nb.monitor import swarm_status
     from sapo_nb.core import experiment_dir
+    cfg = _folder_config(args)
     exp = experiment_dir(cfg)
     from sapo_nb.core import path_kind
     # a link to another run's folder is not this run: nothing is removed through it
@@ -327,6 +302,42 @@ def _clean(cfg) -> int:
     if unfinished and freed:
         print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
     return 1 if any("the node runs" in k for k in kept) else 0
+
+# %% ../nbs/22_cli.ipynb #bc2befb4
+def add_compare_command(sub) -> argparse.ArgumentParser:
+    "`sapo compare RUN`: which node, and how many questions to show."
+    cp = sub.add_parser("compare",
+                        help="a node's answers to the held-out questions before and after training, side by side")
+    cp.add_argument("run", help="a run folder: <root>/<experiment>")
+    cp.add_argument("--node", default="node-0", help="the node to compare (default: %(default)s)")
+    cp.add_argument("--show", type=int, default=10, help="questions to show, changed ones first (default: %(default)s)")
+    return cp
+
+# %% ../nbs/22_cli.ipynb #b1051603
+def run_compare(args) -> int:
+    "`sapo compare`: print the node's answers before and after; 2 with a message when it cannot."
+    from sapo_nb.monitor import compare_answers, format_comparison
+    try: print(format_comparison(compare_answers(args.run, args.node), args.node, args.show))
+    except ValueError as e:
+        print(f"sapo compare: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+# %% ../nbs/22_cli.ipynb #f3939d20
+def add_save_model_command(sub) -> argparse.ArgumentParser:
+    "`sapo save-model RUN --to DIR`: which node, in which form, and whether to upload it."
+    sm = sub.add_parser("save-model",
+                        help="write a node's trained model (its newest checkpoint) as a transformers folder")
+    sm.add_argument("run", help="a run folder: <root>/<experiment>")
+    sm.add_argument("--node", default="node-0", help="the node whose model to write (default: %(default)s)")
+    sm.add_argument("--to", required=True, help="the folder to write; it must not exist")
+    sm.add_argument("--as", dest="form", choices=["merged", "adapter", "gguf"], default="merged",
+                    help="a whole transformers model (default), a LoRA node's adapter alone, "
+                         "or GGUF (needs llama.cpp's converter)")
+    sm.add_argument("--push-to-hub", metavar="USER/NAME", default=None,
+                    help="also upload the folder to this hub repository")
+    sm.add_argument("--public", action="store_true", help="make a new hub repository public (default: private)")
+    return sm
 
 # %% ../nbs/22_cli.ipynb #e1279eb7
 def _save_model(run, node:str, dest, form:str="merged", hub:str|None=None, public:bool=False) -> int:
@@ -353,3 +364,106 @@ def _save_model(run, node:str, dest, form:str="merged", hub:str|None=None, publi
     except (ConfigError, CheckpointError, ExportError, FileExistsError, UnsafePath, ValueError) as e:
         print(f"sapo save-model: {e}", file=sys.stderr)
         return 2
+
+# %% ../nbs/22_cli.ipynb #d7c03407
+def run_save_model(args) -> int:
+    "`sapo save-model`: writes the trained model with the parsed arguments."
+    return _save_model(args.run, args.node, args.to, args.form, args.push_to_hub, args.public)
+
+# %% ../nbs/22_cli.ipynb #a2f29f80
+def add_export_command(sub) -> argparse.ArgumentParser:
+    "`sapo export RUN --to TRACKER`: where its files go, and the project name."
+    ex = sub.add_parser("export",
+                        help="replay a finished run's metrics into a tracker (TensorBoard, W&B offline, Trackio)")
+    ex.add_argument("run", help="a run folder: <root>/<experiment>, holding logs/<node>/metrics.jsonl")
+    ex.add_argument("--to", required=True, choices=CHOICES["tracker"][1:], help="the tracker")
+    ex.add_argument("--out", default=None, help="where its files go (default: RUN/tracker)")
+    ex.add_argument("--project", default=None, help="the tracker's project name (default: from the run folder's name)")
+    return ex
+
+# %% ../nbs/22_cli.ipynb #eb9a5b86
+def run_export(args) -> int:
+    "`sapo export`: replay the run's metrics into the tracker; 1 with a message when it cannot."
+    from sapo_nb.trackers import export_run, TrackerError
+    try: export_run(args.run, args.to, out=args.out, project=args.project)
+    except (TrackerError, ValueError, FileNotFoundError) as e:
+        print(f"sapo export: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+# %% ../nbs/22_cli.ipynb #fd643fee
+class Command(NamedTuple):
+    "A subcommand of `sapo`: the function that adds its parser, and the one that runs it and returns the exit code."
+    add: Callable[[argparse._SubParsersAction], argparse.ArgumentParser]
+    run: Callable[[argparse.Namespace], int]
+
+# %% ../nbs/22_cli.ipynb #5210e014
+COMMANDS = {
+    "demo": Command(add_demo_command, run_demo),
+    "node": Command(add_node_command, run_node),
+    "swarm": Command(add_swarm_command, run_swarm),
+    "experiment": Command(add_experiment_command, run_experiment),
+    "report": Command(add_report_command, run_report),
+    "status": Command(add_status_command, run_status),
+    "clean": Command(add_clean_command, run_clean),
+    "compare": Command(add_compare_command, run_compare),
+    "save-model": Command(add_save_model_command, run_save_model),
+    "export": Command(add_export_command, run_export)}
+
+# %% ../nbs/22_cli.ipynb #711654e0
+def _parser() -> argparse.ArgumentParser:
+    "`sapo` and its subcommands, in the order of `COMMANDS`."
+    p = argparse.ArgumentParser(prog="sapo",
+                                description="SAPO: decentralized RL post-training that shares decoded rollouts.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS.values(): command.add(sub)
+    return p
+
+# %% ../nbs/22_cli.ipynb #16bbdef9
+def _stopped(args, argv) -> str:
+    "What Ctrl-C leaves: per node, the rounds logged and the newest checkpoint, and the command that goes on."
+    import shlex
+    from sapo_nb.core import checkpoint_dir
+    from sapo_nb.durability import checkpoint_rounds, rounds_logged
+    if args.command not in ("swarm", "node"): return "sapo: stopped"
+    try:
+        from sapo_nb.swarm import node_configs
+        cfg = config_from_args(args)
+        lines = []
+        for c in [cfg] if args.command == "node" else node_configs(cfg, args.nodes, args.override):
+            logged = rounds_logged(c)
+            try: kept = max(checkpoint_rounds(checkpoint_dir(c)), default=None)
+            except OSError: kept = None
+            lines.append(f"  {c.node_id}: {logged} round(s) logged; "
+                         + ("no checkpoint yet: it starts over (its rows kept aside)"
+                            if kept is None else f"resumes after round {kept + 1} (its checkpoint)"))
+    except Exception as e: lines = [f"  (what was kept could not be read: {type(e).__name__})"]
+    again = shlex.join(["sapo", *(sys.argv[1:] if argv is None else argv)])
+    return "\n".join(["sapo: stopped. Kept:", *lines, f"The same command goes on: {again}"])
+
+# %% ../nbs/22_cli.ipynb #28690cb0
+def _run_command(run, args:argparse.Namespace, argv) -> int:
+    "`run(args)`, with the errors every subcommand shares turned into a message and an exit code."
+    from sapo_nb.durability import NodeRunning, CheckpointError  # light: torch is imported only when a node starts
+    from sapo_nb.core import UnsafePath
+    try: return run(args)
+    except (ConfigError, NodeRunning, CheckpointError, UnsafePath) as e:
+        # a bad flag, a node id already running, no intact checkpoint, a link or a folder planted where the run's
+        # own files go
+        print(f"sapo: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as e:
+        # what a run that cannot start says (a key folder inside the pool, a full disk): one line, unless asked
+        # for the traceback
+        if os.environ.get("SAPO_DEBUG"): raise
+        print(f"sapo: {type(e).__name__}: {e} (SAPO_DEBUG=1 shows where)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(_stopped(args, argv), file=sys.stderr)
+        return 130
+
+# %% ../nbs/22_cli.ipynb #b9929839
+def main(argv=None) -> int:
+    "The `sapo` command: parse `argv`, find the subcommand in `COMMANDS`, run it with the shared error handling."
+    args = _parser().parse_args(argv)
+    return _run_command(COMMANDS[args.command].run, args, argv)

@@ -79,7 +79,7 @@ class SAPOConfig:
     rounds: int = _f(2000, "training rounds to run")
     # --- the swarm sampling: I, J, G
     local_questions: int = _f(4, "I: questions this node draws from its own task stream each round")
-    external_questions: int = _f(4, "J: rollouts (question + G completions) taken from the swarm each round")
+    external_questions: int = _f(4, "J: groups (question + G completions) taken from the swarm each round")
     completions_per_question: int = _f(8, "G: completions sampled per question (the GRPO group size)")
     mix: str = _f("paper",
         "task mix: 'paper' (the nine ReasoningGym tasks), 'quick' (easy CPU arithmetic) or 'arith' (harder CPU "

@@ -571,7 +571,7 @@ _BASES = {}
 class AdapterPolicy:
     "One node's policy on a shared base: its own LoRA adapter on one frozen, shared peft model."
     base: Policy = field(repr=False)  # the shared policy; `base.model` is a peft model holding every node's adapter
-    adapter: str = ""                 # this node's adapter name (its node id)
+    adapter_name: str = ""            # this node's adapter name (its node id); `SAPOConfig.adapter` is the kind
     key: tuple = ()                   # the base's key in this process's registry
 
     @property
@@ -583,7 +583,7 @@ class AdapterPolicy:
     def activate(self):
         "Make this node's adapter the one the shared model runs and trains (a node does this before each phase)."
         m = self.base.model
-        if m.active_adapter != self.adapter: m.set_adapter(self.adapter)
+        if m.active_adapter != self.adapter_name: m.set_adapter(self.adapter_name)
     tokenizer = property(lambda self: self.base.tokenizer)
     device = property(lambda self: self.base.device)
     dtype = property(lambda self: self.base.dtype)
@@ -595,22 +595,23 @@ class AdapterPolicy:
     def state_dict(self) -> dict:
         "Only this node's adapter weights (names without the adapter's name)."
         from peft import get_peft_model_state_dict
-        return get_peft_model_state_dict(self.base.model, adapter_name=self.adapter)
+        return get_peft_model_state_dict(self.base.model, adapter_name=self.adapter_name)
 
     def load_state_dict(self, state:dict, strict:bool=False):
         "Restore what `state_dict` returned into this node's adapter."
         from peft import set_peft_model_state_dict
-        set_peft_model_state_dict(self.base.model, state, adapter_name=self.adapter)
+        set_peft_model_state_dict(self.base.model, state, adapter_name=self.adapter_name)
 
     def release(self):
         "Remove this node's adapter from the shared model; the base goes when its last adapter does."
         m = self.base.model
-        if self.adapter not in m.peft_config: return
+        if self.adapter_name not in m.peft_config: return
         if len(m.peft_config) == 1:
             _BASES.pop(self.key, None)
             return
-        if m.active_adapter == self.adapter: m.set_adapter(next(a for a in m.peft_config if a != self.adapter))
-        m.delete_adapter(self.adapter)
+        if m.active_adapter == self.adapter_name:
+            m.set_adapter(next(a for a in m.peft_config if a != self.adapter_name))
+        m.delete_adapter(self.adapter_name)
 
 # %% ../nbs/04_models.ipynb #93b0907b
 def _to_weight_dtype(mod, args):
@@ -654,7 +655,7 @@ def lora_config(rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha
 # %% ../nbs/04_models.ipynb #e81034ff
 def lora_policy(
     name:str|os.PathLike,            # the base model, as `load_policy` takes it
-    adapter:str,                     # this node's adapter name (its node id): unique in the process
+    adapter_name:str,                # this node's adapter name (its node id): unique in the process
     *,
     rank:int=SAPOConfig.lora_rank,
     alpha:float=SAPOConfig.lora_alpha,
@@ -666,7 +667,7 @@ def lora_policy(
     compute_dtype:str|Any="auto",
     cache_dir=None,
 ) -> AdapterPolicy:
-    "A new LoRA adapter named `adapter` on this process's shared copy of base `name` (loaded on first use)."
+    "A new LoRA adapter named `adapter_name` on this process's shared copy of base `name` (loaded on first use)."
     import torch
     from peft import get_peft_model
     device = resolve_device(device)
@@ -677,14 +678,14 @@ def lora_policy(
         base = _BASES.get(key)
         if base is None:
             p = load_policy(name, device=device, dtype=dtype, compute_dtype=compute_dtype, cache_dir=cache_dir)
-            model = get_peft_model(p.model, lora, adapter_name=adapter)
+            model = get_peft_model(p.model, lora, adapter_name=adapter_name)
             narrow_frozen_linears(model, p.compute_dtype)
             base = _BASES[key] = Policy(model, p.tokenizer, p.device, p.dtype, p.name, p.compute_dtype)
-        elif adapter in base.model.peft_config:
-            raise ValueError(f"adapter {adapter!r} is already on this process's copy of {name!r}: "
+        elif adapter_name in base.model.peft_config:
+            raise ValueError(f"adapter {adapter_name!r} is already on this process's copy of {name!r}: "
                              "node ids must be unique")
-        else: base.model.add_adapter(adapter, lora)
-    return AdapterPolicy(base, adapter, key)
+        else: base.model.add_adapter(adapter_name, lora)
+    return AdapterPolicy(base, adapter_name, key)
 
 # %% ../nbs/04_models.ipynb #fc45ef4b
 def adapter_model(cfg:SAPOConfig, # an adapter node's config (model, dtype and LoRA settings)

@@ -39,7 +39,7 @@ def fair_order(groups:list, # the round's candidates
     by = {}
     canonical = lambda ig: (str(ig[1].node_id), -(ig[1].round or 0), ig[1].index or 0, ig[0])
     for i, g in sorted(enumerate(groups), key=canonical):
-        # canonical first: the same order however the files arrived
+        # canonical first: the same order however the rollouts arrived
         by.setdefault(str(g.node_id), []).append(i)
     senders = list(by)
     rng.shuffle(senders)
@@ -186,7 +186,7 @@ def has_spread(group) -> bool:
 
 # %% ../nbs/11_sampler.ipynb #f233e4ff
 def _canonical(cands):
-    "Arrival-independent order: newest round first, then sender, then position in the sender's file."
+    "Arrival-independent order: newest round first, then sender, then position in the sender's rollout."
     return sorted(cands, key=lambda g: (-(g.round or 0), g.node_id or "", g.index or 0))
 
 # %% ../nbs/11_sampler.ipynb #8ba972bd

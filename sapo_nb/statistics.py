@@ -263,46 +263,46 @@ def curve_area(
     return float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum() / (x[-1] - x[0]))
 
 # %% ../nbs/18_statistics.ipynb #9b069412
-def _area_per_agent(df:pd.DataFrame, d:pd.DataFrame, metric:str, agent:list) -> pd.Series:
-    """Each agent's `curve_area` of `metric`: round r's value after r + 1 updates, the base value (if any) at its own
+def _area_per_node(df:pd.DataFrame, d:pd.DataFrame, metric:str, by_node:list) -> pd.Series:
+    """Each node's `curve_area` of `metric`: round r's value after r + 1 updates, the base value (if any) at its own
     round."""
     ev = d.dropna(subset=["value"])
     ev = ev.assign(x=ev["round"] + 1.0)
     b = base_column(metric)
     if b in df.columns:
-        base = (d[[*agent, "round"]].assign(value=pd.to_numeric(df[b], errors="coerce").astype(float))
+        base = (d[[*by_node, "round"]].assign(value=pd.to_numeric(df[b], errors="coerce").astype(float))
                 .dropna(subset=["value"]))
-        base = base.sort_values("round").drop_duplicates(agent).assign(x=lambda t: t["round"].astype(float))
-        base = base.merge(ev[agent].drop_duplicates(), on=agent)  # an agent never evaluated after training has no area
+        base = base.sort_values("round").drop_duplicates(by_node).assign(x=lambda t: t["round"].astype(float))
+        base = base.merge(ev[by_node].drop_duplicates(), on=by_node)  # a node not evaluated after training: no area
         ev = pd.concat([base, ev], ignore_index=True)
-    area = {k: curve_area(g.x, g.value) for k, g in ev.groupby(agent, sort=True)}
-    return pd.Series(list(area.values()), index=pd.MultiIndex.from_tuples(list(area), names=agent), dtype=float)
+    area = {k: curve_area(g.x, g.value) for k, g in ev.groupby(by_node, sort=True)}
+    return pd.Series(list(area.values()), index=pd.MultiIndex.from_tuples(list(area), names=by_node), dtype=float)
 
 # %% ../nbs/18_statistics.ipynb #60ff4582
 def per_seed(
     df:pd.DataFrame, # tidy metrics: config, seed, run, node_id, round and `metric`
     metric:str="reward_train", # any numeric column
-    # 'sum' over agents and rounds, 'mean' over agent-rounds, 'final' (last value per agent) or 'area'
-    # (normalized area per agent), the last two averaged over agents
+    # 'sum' over nodes and rounds, 'mean' over node-rounds, 'final' (last value per node) or 'area'
+    # (normalized area per node), the last two averaged over nodes
     summary:str="sum",
-) -> pd.DataFrame: # config, seed, value, runs, agents, values (how many non-missing values went in)
+) -> pd.DataFrame: # config, seed, value, runs, nodes, values (how many non-missing values went in)
     "One number per configuration and seed: the swarm run as the unit."
     if summary not in SUMMARIES: raise ValueError(f"summary: got {summary!r}; allowed: {', '.join(SUMMARIES)}")
     missing = [c for c in ("config", "seed", "run", "node_id", "round", metric) if c not in df.columns]
     if missing: raise ValueError(f"metric table lacks column(s) {', '.join(map(repr, missing))}")
     keys = ["config", "seed", "run"]
-    agent = [*keys, "node_id"]
+    by_node = [*keys, "node_id"]
     d = df[[*keys, "node_id", "round"]].assign(value=pd.to_numeric(df[metric], errors="coerce").astype(float))
     g = d.groupby(keys, sort=True)
     if summary in ("final", "area"):
-        per_agent = (d.dropna(subset=["value"]).sort_values("round").groupby(agent).value.last() if summary == "final"
-                     else _area_per_agent(df, d, metric, agent))
-        value = (per_agent.groupby(level=keys).mean().reindex(g.size().index) if len(per_agent)
+        per_node = (d.dropna(subset=["value"]).sort_values("round").groupby(by_node).value.last() if summary == "final"
+                     else _area_per_node(df, d, metric, by_node))
+        value = (per_node.groupby(level=keys).mean().reindex(g.size().index) if len(per_node)
                  else pd.Series(np.nan, index=g.size().index))
     else: value = g.value.sum(min_count=1) if summary == "sum" else g.value.mean()
-    runs = pd.DataFrame(dict(value=value, agents=g.node_id.nunique(), values=g.value.count())).reset_index()
+    runs = pd.DataFrame(dict(value=value, nodes=g.node_id.nunique(), values=g.value.count())).reset_index()
     out = runs.groupby(["config", "seed"], sort=True).agg(value=("value", "mean"), runs=("run", "nunique"),
-                                                       agents=("agents", "sum"), values=("values", "sum")).reset_index()
+                                                       nodes=("nodes", "sum"), values=("values", "sum")).reset_index()
     return out
 
 # %% ../nbs/18_statistics.ipynb #4dd94737
