@@ -13,6 +13,8 @@ if [ "$newest" = "$installed" ]; then echo "transformers $installed is the newes
 echo "transformers $newest is out (tested: $installed); running the generation and GRPO pages against it"
 dir=$(mktemp -d)
 python -m pip install -q --target "$dir" "transformers==$newest"
+got=$(PYTHONPATH="$dir" python -c "import transformers; print(transformers.__version__)")
+if [ "$got" != "$newest" ]; then echo "transformers $newest did not take its place (got $got)"; exit 1; fi
 for nb in nbs/05_seam.ipynb nbs/06_decoding.ipynb nbs/07_generation.ipynb nbs/08_grpo.ipynb; do
   if ! PYTHONPATH="$dir" nbdev_test --path "$nb"; then
     echo "transformers $newest breaks $nb: fix the seam (nbs/05_seam.ipynb), then raise the bound in settings.ini"
