@@ -117,3 +117,18 @@ def test_methods_are_patched_not_assigned():
     assigned = [f"{f.name}: {line.strip()}" for f in sorted((ROOT / "sapo_nb").glob("*.py"))
                 for line in f.read_text().splitlines() if re.match(r"^[A-Z]\w*\.\w+(\s*,\s*[A-Z]\w*\.\w+)*\s*=\s*\w", line)]
     assert not assigned, assigned
+
+
+IMPORT_LINE = re.compile(r"(from \S+ import |import \S)")
+
+
+def test_imports_sit_in_cells_of_their_own():
+    "The docs step executes every cell holding an import (to show its docs), so an example's code must not share one."
+    mixed = []
+    for nb in NBS:
+        for src in cells(nb):
+            if src.startswith("#|"): continue
+            lines = [l for l in src.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+            if any(IMPORT_LINE.match(l) for l in lines) and not all(IMPORT_LINE.match(l) for l in lines):
+                mixed.append(f"{nb.name}: {lines[0][:60]}")
+    assert not mixed, mixed
