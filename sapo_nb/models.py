@@ -837,9 +837,15 @@ def estimate_node_memory(
     return MemoryEstimate(held, step, generation)
 
 # %% ../nbs/04_models.ipynb #7dfa2ff5
-def free_memory(device:str="cpu", # a resolved device
+def free_memory(device:str="cpu",         # a resolved device
+                fresh_process:bool=False, # ask CUDA from a short-lived process (this one keeps no context)
                ) -> int:
     "Bytes free for tensors on `device`: the GPU's free memory on CUDA; the memory the system has available elsewhere."
+    if str(device).startswith("cuda") and fresh_process:
+        ask = f"import torch; print(torch.cuda.mem_get_info(torch.device({str(device)!r}))[0])"
+        done = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0: raise OSError(f"cannot read the free memory of {device}: {done.stderr.strip()[-200:]}")
+        return int(done.stdout.strip())
     if str(device).startswith("cuda"):
         import torch
         return int(torch.cuda.mem_get_info(torch.device(device))[0])

@@ -17,11 +17,11 @@ from .trackers import progress_line
 from .durability import NodeLease, NodeRunning
 
 # %% auto #0
-__all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_startable', 'write_swarm_config',
-           'available_cores', 'thread_share', 'set_threads', 'UnsupportedPlatform', 'require_process_groups',
-           'run_node', 'node_process', 'ProcessSwarm', 'swarm_key', 'read_pid_file', 'node_processes', 'process_states',
-           'stop_nodes', 'stop_swarm', 'waiting_for_peers', 'launch_swarm', 'disk_usage', 'format_bytes',
-           'remove_checkpoints']
+__all__ = ['SIZED_BY', 'PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_cards',
+           'check_startable', 'write_swarm_config', 'available_cores', 'thread_share', 'set_threads',
+           'UnsupportedPlatform', 'require_process_groups', 'run_node', 'node_process', 'ProcessSwarm', 'swarm_key',
+           'read_pid_file', 'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'waiting_for_peers',
+           'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
 
 # %% ../nbs/16_swarm.ipynb #9fd05b32
 def parse_override(text:str) -> tuple:
@@ -104,22 +104,40 @@ def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
             if row is not None: n.show_progress(row)
     return {i: result.get(i, "done") for i in nodes}
 
+# %% ../nbs/16_swarm.ipynb #ac53b31b
+SIZED_BY = ("model", "adapter", "local_questions", "external_questions", "completions_per_question", "max_new_tokens",
+            "dtype", "compute_dtype", "lora_rank", "lora_targets")  # what a node's memory depends on
+
+# %% ../nbs/16_swarm.ipynb #7a8227ce
+def check_cards(cfgs:list, processes:bool=False):
+    "`ConfigError` when the nodes headed for one CUDA card need more memory than it has free, with what would fit."
+    from sapo_nb.models import resolve_device, check_fits, free_memory, ModelLoadError
+    by_card = {}
+    for c in cfgs: by_card.setdefault(resolve_device(c.device), []).append(c)
+    for card, nodes in by_card.items():
+        alike = len({tuple(getattr(c, k) for k in SIZED_BY) for c in nodes}) == 1
+        if not card.startswith("cuda") or not alike: continue
+        try:  # asked from a fresh process when this one will not use the card: no CUDA context is left held here
+            fit = check_fits(nodes[0], len(nodes), device=card, processes=processes,
+                             free=free_memory(card, fresh_process=processes))
+        except (ModelLoadError, KeyError, OSError, ValueError):
+            continue  # a config the estimate cannot read (no config.json, another architecture): loading will say
+        if not fit.fits:
+            field = "adapter" if fit.advice == "lora" else "device"
+            raise ConfigError(f"SAPOConfig.{field}: {fit.message}")
+
 # %% ../nbs/16_swarm.ipynb #8d1ba26d
 def check_startable(cfgs:list,
                     processes:bool=False): # a process per node (each holds its own base and CUDA context)
     """Fail, in one line (`ConfigError`), before anything is written, when a node could not start:
     a device this machine lacks, a model that cannot be found, nodes that do not fit the GPU's memory."""
-    from sapo_nb.models import resolve_device, locate_model, check_fits, ModelLoadError
+    from sapo_nb.models import resolve_device, locate_model, ModelLoadError
     for device, model in dict.fromkeys((c.device, c.model) for c in cfgs):
         try: resolve_device(device)
         except ValueError as e: raise ConfigError(f"SAPOConfig.device: {e}") from None
         try: locate_model(model)
         except ModelLoadError as e: raise ConfigError(f"SAPOConfig.model: {e}") from None
-    device = resolve_device(cfgs[0].device)
-    if not device.startswith("cuda"): return  # a CPU swaps, slowly; a card runs out of memory mid-run
-    try: fit = check_fits(cfgs[0], len(cfgs), device=device, processes=processes)
-    except ModelLoadError: return  # no config.json to size the model from: loading it will say why
-    if not fit.fits: raise ConfigError(f"SAPOConfig.{'adapter' if fit.advice == 'lora' else 'device'}: {fit.message}")
+    check_cards(cfgs, processes)
 
 # %% ../nbs/16_swarm.ipynb #53720727
 def write_swarm_config(cfgs:list, processes:bool=False):

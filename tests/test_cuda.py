@@ -130,7 +130,7 @@ def test_checkpoint_saved_on_the_gpu_resumes_there(tmp_path):
 
 @pytest.mark.parametrize("adapter", ["none", "lora"])
 def test_two_node_swarm_runs_rounds_on_the_gpu(tmp_path, adapter):
-    from sapo_nb.node import experiment_dir
+    from sapo_nb.core import experiment_dir
     one = tiny_config(tmp_path, device="cuda", external_questions=1, adapter=adapter, experiment=f"gpu-{adapter}")
     cfgs = node_configs(one, 2)
     assert run_inline(cfgs, log=lambda *_: None) == {"node-0": "done", "node-1": "done"}

@@ -26,8 +26,8 @@ def place(nb) -> tuple:
 def imported_modules(src:str) -> set:
     "The sapo_nb modules a piece of code imports or names, in every spelling Python allows."
     found = set(re.findall(r"\bsapo_nb\.(\w+)", src)) | set(re.findall(r"^\s*from \.(\w+) import", src, re.M))
-    for names in re.findall(r"^\s*from (?:sapo_nb|\.) import ([\w ,]+)", src, re.M):
-        found |= {n.split(" as ")[0].strip() for n in names.split(",")}
+    for names in re.findall(r"^\s*from (?:sapo_nb|\.) import (\([^)]*\)|[\w ,]+)", src, re.M):
+        found |= {n.split(" as ")[0].strip() for n in names.strip("()").split(",") if n.strip()}
     return found
 
 
@@ -45,8 +45,9 @@ def test_notebook_names_are_all_seen():
 
 def test_imports_are_seen_in_every_spelling():
     "The order test's reader finds `from . import x`, `from sapo_nb import x as y`, dotted names and `from .x import`."
-    src = "from . import grpo, sampler as s\nfrom sapo_nb import node\nimport sapo_nb.panel\nfrom .cli import main"
-    assert imported_modules(src) == {"grpo", "sampler", "node", "panel", "cli"}
+    src = ("from . import grpo, sampler as s\nfrom sapo_nb import node\nimport sapo_nb.panel\nfrom .cli import main\n"
+           "from sapo_nb import (monitor,\n    swarm as sw)")
+    assert imported_modules(src) == {"grpo", "sampler", "node", "panel", "cli", "monitor", "swarm"}
 
 
 def test_notebooks_are_numbered_in_dependency_order():
