@@ -104,11 +104,11 @@ def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
             if row is not None: n.show_progress(row)
     return {i: result.get(i, "done") for i in nodes}
 
-# %% ../nbs/16_swarm.ipynb #ac53b31b
+# %% ../nbs/16_swarm.ipynb #f149da65
 SIZED_BY = ("model", "adapter", "local_questions", "external_questions", "completions_per_question", "max_new_tokens",
             "dtype", "compute_dtype", "lora_rank", "lora_targets")  # what a node's memory depends on
 
-# %% ../nbs/16_swarm.ipynb #7a8227ce
+# %% ../nbs/16_swarm.ipynb #6fe6a946
 def check_cards(cfgs:list, processes:bool=False):
     "`ConfigError` when the nodes headed for one CUDA card need more memory than it has free, with what would fit."
     from sapo_nb.models import resolve_device, check_fits, free_memory, ModelLoadError
