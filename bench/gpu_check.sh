@@ -4,7 +4,8 @@
 #      downloaded here) and makes this tree importable,
 #   2. runs tests/test_cuda.py (the CUDA path does what the CPU path does),
 #   3. runs bench/gpu_round.py: rounds of the `paper` settings on random SmolLM2-135M- and Qwen2.5-0.5B-shaped
-#      models, 1 and 8 nodes, full and LoRA, with tokens/s against a roofline and peak memory beside the estimate,
+#      models, 1 and 8 nodes, full and LoRA, decoding eager and compiled, with tokens/s against a roofline and peak
+#      memory beside the estimate,
 #      written to bench/results/gpu_<device name>.json (and copied to $OUT when that is set).
 # Each step is bounded in time; a failing step does not stop the next.
 set -uo pipefail

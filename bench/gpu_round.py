@@ -1,8 +1,9 @@
 """One GPU check of sapo_nb in a few minutes: rounds of the `paper` settings on models shaped like SmolLM2-135M and
 Qwen2.5-0.5B with random weights (built from their configs, so no weights travel), 1 and 8 nodes in one process,
 full fine-tuning and LoRA; generation tokens/s against a roofline (measured copy bandwidth and bf16 matmul rate);
-the same sampling through plain `generate`; peak memory per configuration beside `models.estimate_node_memory`'s
-estimate; and the largest swarm of each model that fits 16 GB and 80 GB, from the measured peaks.
+the same sampling through plain `generate` and through the static cache transformers compiles (`compile_decoding`:
+its first call, which compiles, apart from the next), and one node's rounds with it; peak memory per configuration
+beside `models.estimate_node_memory`'s estimate; and the largest swarm of each model that fits 16 GB and 80 GB, from the measured peaks.
 
     python bench/gpu_round.py                # on a GPU: bench/results/gpu_<device name>.json
     python bench/gpu_round.py --smoke        # anywhere, in a minute: the tiny shape, tiny sizes, the same stages
@@ -119,21 +120,23 @@ def prompt_tokens(tok, n=64) -> int:
     return max(len(tok(format_prompt(tok, q, style="short"))["input_ids"]) for q in TaskStream("quick", 0, "n").next(n))
 
 
-def base_config(args, model_dir, adapter, rounds, experiment, root):
+def base_config(args, model_dir, adapter, rounds, experiment, root, compiled=False):
     from sapo_nb.config import preset
     return preset("paper", model=str(model_dir), mix="quick", adapter=adapter, rounds=rounds, device=args.device,
+                  compile_decoding=compiled,
                   local_questions=args.I, external_questions=args.J, completions_per_question=args.G,
                   max_new_tokens=args.new_tokens, checkpoint_every=0, eval_every=0, transport="memory",
                   root=str(root), experiment=experiment, learning_rate=1e-6)
 
 
-def run_rounds(args, ctx, shape, nodes, adapter, rounds) -> dict:
-    "`rounds` rounds of `nodes` nodes in one process; the last round's phases, tokens/s, peak memory and the estimate."
+def run_rounds(args, ctx, shape, nodes, adapter, rounds, compiled=False) -> dict:
+    """`rounds` rounds of `nodes` nodes in one process (decoding compiled: `compiled`); the last round's phases,
+    tokens/s, peak memory and the estimate."""
     from sapo_nb.models import estimate_node_memory, model_shape, resolve_compute_dtype, PROCESS_BYTES
     from sapo_nb.node import experiment_dir
     from sapo_nb.swarm import node_configs, run_inline
-    exp = f"{shape}-{adapter}-{nodes}"
-    cfg = base_config(args, ctx["dirs"][shape], adapter, rounds, exp, ctx["root"])
+    exp = f"{shape}-{adapter}-{nodes}{'-compiled' if compiled else ''}"
+    cfg = base_config(args, ctx["dirs"][shape], adapter, rounds, exp, ctx["root"], compiled)
     mem = Memory(args.device).start()
     t0 = time.perf_counter()
     done = run_inline(node_configs(cfg, nodes), log=lambda *a: None, build=build_node)
@@ -143,12 +146,14 @@ def run_rounds(args, ctx, shape, nodes, adapter, rounds) -> dict:
     for i in range(nodes):
         rows = (experiment_dir(cfg) / "logs" / f"node-{i}" / "metrics.jsonl").read_text().splitlines()
         last.append(json.loads(rows[-1]))
+    first = rows[0]  # the last node's first round: a compiled run pays its compiles there
     gen_s = sum(r["seconds"].get("generate", 0) for r in last)
     toks = sum(r["tokens_generated"] for r in last)
     compute = str(resolve_compute_dtype(cfg.compute_dtype, args.device)).replace("torch.", "")
     est = estimate_node_memory(model_shape(ctx["dirs"][shape]), cfg, nodes, compute, prompt_tokens=ctx["prompt_tokens"][shape])
     tensors = (est.total - PROCESS_BYTES) / 1.10  # the estimate without its slack and per-process part
-    out = dict(shape=shape, nodes=nodes, adapter=adapter, rounds=rounds, wall_s=round(wall, 2), compute_dtype=compute,
+    out = dict(shape=shape, nodes=nodes, adapter=adapter, compiled=compiled, rounds=rounds, wall_s=round(wall, 2), compute_dtype=compute,
+               first_round_generate_s=json.loads(first)["seconds"].get("generate"),
                last_round_s=round(max(r["seconds"]["total"] for r in last) if nodes == 1 else sum(r["seconds"]["total"] for r in last), 3),
                generate_s=round(gen_s, 3), train_s=round(sum(r["seconds"].get("train", 0) for r in last), 3),
                tokens_generated=toks, tokens_per_s=round(toks / gen_s, 1) if gen_s else None,
@@ -214,12 +219,12 @@ def stage_models(args, ctx) -> dict:
     return out
 
 
-def stage_rounds(nodes, adapters, rounds):
+def stage_rounds(nodes, adapters, rounds, compiled=False):
     def run(args, ctx) -> list:
         out = []
         for shape in args.models:
             for adapter in (a for a in adapters if a in args.adapters):
-                try: out.append(run_rounds(args, ctx, shape, nodes, adapter, rounds))
+                try: out.append(run_rounds(args, ctx, shape, nodes, adapter, rounds, compiled))
                 except StageTimeout: raise
                 except Exception as e:
                     if "StageTimeout" in str(e): raise StageTimeout(str(e)) from None  # raised inside a node's round
@@ -231,7 +236,8 @@ def stage_rounds(nodes, adapters, rounds):
 
 
 def stage_plain_generate(args, ctx) -> list:
-    "The same sampling (I prompts x G, fixed length) by `generate_completions` and by plain `generate`; tokens/s and their ratio."
+    """The same sampling (I prompts x G, fixed length) by `generate_completions`, by plain `generate`, and by
+`generate_completions` through the compiled static cache (`compile_decoding`); tokens/s and their ratios."""
     import torch
     from sapo_nb.generation import generate_completions
     from sapo_nb.models import load_policy, compute_context
@@ -253,10 +259,19 @@ def stage_plain_generate(args, ctx) -> list:
                                      min_new_tokens=args.new_tokens, pad_token_id=p.tokenizer.pad_token_id)
             sync(); t_plain = time.perf_counter() - t0
         n_plain = (plain.shape[1] - enc["input_ids"].shape[1]) * plain.shape[0]
+        timed = []  # through the static cache, compiled: the first call compiles, the second replays
+        for _ in range(2):
+            sync(); t0 = time.perf_counter()
+            compiled = generate_completions(sampler, p.tokenizer, prompts, args.G, args.new_tokens, seed=0,
+                                            compute_dtype=p.compute_dtype, backend="generate", compile_decoding=True)
+            sync(); timed.append(time.perf_counter() - t0)
         out.append(dict(shape=shape, prompts=len(prompts), G=args.G, new_tokens=args.new_tokens, ours_tokens=ours.total_tokens,
                         ours_s=round(t_ours, 3), plain_tokens=n_plain, plain_s=round(t_plain, 3), backend=ours.backend,
                         ours_tokens_per_s=round(ours.total_tokens / t_ours, 1), plain_tokens_per_s=round(n_plain / t_plain, 1),
-                        ratio=round((ours.total_tokens / t_ours) / (n_plain / t_plain), 3)))
+                        ratio=round((ours.total_tokens / t_ours) / (n_plain / t_plain), 3),
+                        compiled_first_s=round(timed[0], 3), compiled_s=round(timed[1], 3),
+                        compiled_tokens_per_s=round(compiled.total_tokens / timed[1], 1),
+                        compiled_over_ours=round((compiled.total_tokens / timed[1]) / (ours.total_tokens / t_ours), 3)))
         del p, sampler, plain; gc.collect()
         if args.device.startswith("cuda"): torch.cuda.empty_cache()
     return out
@@ -306,7 +321,7 @@ def main(argv=None):
     ap.add_argument("--adapters", default="none,lora", help="which of 'none' (full fine-tuning) and 'lora' to run")
     ap.add_argument("--budget", type=float, default=330, help="seconds for all stages together")
     ap.add_argument("--out", default=None, help="default: bench/results/gpu_<device name>.json")
-    ap.add_argument("--stages", default="roofline,models,rounds_1,plain_generate,rounds_n_lora,rounds_n,fits")
+    ap.add_argument("--stages", default="roofline,models,rounds_1,plain_generate,rounds_1_compiled,rounds_n_lora,rounds_n,fits")
     args = ap.parse_args(argv)
     import torch, transformers
     transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()
@@ -327,7 +342,8 @@ def main(argv=None):
         started=time.strftime("%Y-%m-%dT%H:%M:%S"), memory_total=(torch.cuda.get_device_properties(0).total_memory
                                                                   if args.device.startswith("cuda") else None)))
     stages = dict(roofline=(stage_roofline, 0.08), models=(stage_models, 0.12), rounds_1=(stage_rounds(1, ("none", "lora"), 2), 0.25),
-                  plain_generate=(stage_plain_generate, 0.1), rounds_n_lora=(stage_rounds(args.nodes, ("lora",), 1), 0.2),
+                  plain_generate=(stage_plain_generate, 0.1), rounds_1_compiled=(stage_rounds(1, ("none",), 3, True), 0.12),
+                  rounds_n_lora=(stage_rounds(args.nodes, ("lora",), 1), 0.2),
                   rounds_n=(stage_rounds(args.nodes, ("none",), 1), 0.35), fits=(stage_fits, 0.02))
     deadline = time.monotonic() + args.budget
     signal.signal(signal.SIGALRM, _alarm)

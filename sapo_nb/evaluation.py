@@ -43,6 +43,7 @@ def evaluate(policy,                   # a `models.Policy` (its sampling copy is
              batch_size:int=64,        # prompts per decoding batch
              # how the recorded answer is read (`rewards.extract_answer`); None: the reward_fn's
              answer_fallback=None,
+             compile_decoding:bool=False, # decode through a static cache, compiled on a GPU (`07_generation`)
             ) -> EvalResult:
     "Greedy pass@1 of `policy` on `entries`, in batches of `batch_size` prompts, with a record per question."
     from sapo_nb.generation import generate_completions
@@ -55,7 +56,8 @@ def evaluate(policy,                   # a `models.Policy` (its sampling copy is
     for i in range(0, len(entries), batch_size):
         batch = entries[i:i + batch_size]
         comps = generate_completions(model, tok, [format_prompt(tok, e) for e in batch], 1, max_new_tokens,
-                                     temperature=0, compute_dtype=policy.compute_dtype)
+                                     temperature=0, compute_dtype=policy.compute_dtype,
+                                     compile_decoding=compile_decoding)
         tokens += comps.total_tokens
         items += [[item_key(e), e.get("component_name", e.get("task", "?")),
                    (extract_answer(texts[0], fallback) or "")[:ANSWER_RECORD_CHARS], reward_fn(e, texts)[0] == 1.0]

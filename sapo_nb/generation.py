@@ -4,15 +4,16 @@
 
 # %% ../nbs/07_generation.ipynb #fa6b0727
 from __future__ import annotations
-import time, warnings
+import copy, time, warnings
 from dataclasses import dataclass
-from .seam import cache_argument, prefill_prompts
+from .seam import cache_argument, disagreement, prefill_prompts, probe, probe_ids
 from .decoding import (InverseCDFSampler, SampledLogprobs, decode_completions, decode_loop_problem,
                               sampling_processors, supports_decode_loop, token_picker)
 
 # %% auto #0
-__all__ = ['BACKENDS', 'Completions', 'generate_completions', 'eos_ids', 'encode_prompts', 'completions_from_ids',
-           'sampling_config', 'generate_ids', 'row_uniforms', 'choose_backend']
+__all__ = ['BACKENDS', 'CACHE_BUCKET', 'Completions', 'generate_completions', 'eos_ids', 'encode_prompts', 'completions_from_ids',
+           'sampling_config', 'generate_ids', 'row_uniforms', 'choose_backend', 'static_cache_config',
+           'static_cache_problem', 'static_cache_works']
 
 # %% ../nbs/07_generation.ipynb #a2f6ee58
 def _torch():
@@ -52,6 +53,8 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
                          backend:str="auto",
                          # per prompt, the LoRA adapter it runs through (one batch for several nodes on a shared base)
                          adapters:list|None=None,
+                         # `generate` through a static KV cache, compiled on a GPU (`static_cache_config`)
+                         compile_decoding:bool=False,
                         ) -> Completions:
     """Sample `G` completions for every prompt in one batch, with the backend `choose_backend` picks: their text, ids
     and (unless greedy) the log-prob of each sampled token."""
@@ -83,10 +86,12 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
                 procs = [*([record] if record else []), *sampling_processors(temperature, top_p),
                          *([] if uniforms is None else [InverseCDFSampler(uniforms=uniforms.to(model.device))])]
                 config = sampling_config(max_new_tokens, 1.0 if temperature and uniforms is None else 0, 1.0, eos, pad)
+                static = compile_decoding and adapters is None and static_cache_works(model)
+                if static: config = static_cache_config(config, enc["input_ids"].shape[1] + max_new_tokens)
                 # prompts through their own adapters
                 rows = {} if adapters is None else dict(adapter_names=[a for a in adapters for _ in range(G)])
-                new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G, config, prefill=adapters is None,
-                                   logits_processor=procs, **rows)
+                new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G, config,
+                                   prefill=adapters is None and not static, logits_processor=procs, **rows)
     finally:
         if was_training: model.train()
     return completions_from_ids(tokenizer, new, eos, G, max_new_tokens, time.perf_counter() - t0, use,
@@ -190,3 +195,44 @@ def choose_backend(model, backend:str="auto") -> str:
                       f"(transformers {transformers.__version__}: {problem})",
                       RuntimeWarning, stacklevel=3)
     return "generate"
+
+# %% ../nbs/07_generation.ipynb #fc5c857c
+CACHE_BUCKET = 128  # a static cache's positions are rounded up to a multiple of this
+
+# %% ../nbs/07_generation.ipynb #256648eb
+def static_cache_config(config,      # `sampling_config(...)`
+                        length:int,  # prompt + new tokens: the positions the cache must hold
+                       ):
+    """A copy of `config` that decodes through a static KV cache of at least `length` positions, rounded up to
+    `CACHE_BUCKET`: transformers compiles its decoding step where it can (a GPU) and runs it eagerly elsewhere."""
+    static = copy.deepcopy(config)
+    static.cache_implementation = "static"
+    static.max_cache_len = -(-length // CACHE_BUCKET) * CACHE_BUCKET  # older transformers size it to the call
+    return static
+
+# %% ../nbs/07_generation.ipynb #e6073f02
+def _step_dtype(model):
+    "The dtype a forward of `model` computes in here: the autocast dtype when autocast is on, else the weights'."
+    torch, kind = _torch(), model.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else model.dtype
+
+# %% ../nbs/07_generation.ipynb #3944305b
+def static_cache_problem(model) -> str|None:
+    """What is wrong with `generate` decoding `model` through a static cache, against the dynamic cache: greedy
+    tokens and their log-probs for `seam.probe_ids`; None if nothing."""
+    torch, steps = _torch(), 6
+    ids, mask = probe_ids(model)
+    plain = sampling_config(steps, 0, pad_token_id=0)
+    runs = []
+    for config in (plain, static_cache_config(plain, ids.shape[1] + steps)):
+        record = SampledLogprobs(len(ids), steps, 1.0, model.device)
+        with torch.no_grad(): new = generate_ids(model, ids, mask, 1, config, prefill=False, logits_processor=[record])
+        runs.append((new, record.finish(new).to(_step_dtype(model))))
+    (want, want_lp), (got, got_lp) = runs
+    if not torch.equal(got, want): return f"greedy tokens {got.tolist()}, not {want.tolist()}"
+    return disagreement(got_lp, want_lp)
+
+# %% ../nbs/07_generation.ipynb #3d8b1bb1
+def static_cache_works(model) -> bool:
+    "Whether `generate` may decode `model` through a static cache: `static_cache_problem`'s verdict, once per model."
+    return probe(model, "decoding through a static cache", static_cache_problem, "sampling keeps the dynamic cache") is None

@@ -153,7 +153,7 @@ def _sample_drawn(self:SwarmNode, questions:list, prompts:list, seeds:list):
     self.policy.activate()
     comps = generate_completions(self.policy.sampler(), self.policy.tokenizer, prompts, cfg.completions_per_question,
                                  cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=seeds,
-                                 compute_dtype=self.policy.compute_dtype)
+                                 compute_dtype=self.policy.compute_dtype, compile_decoding=cfg.compile_decoding)
     return questions, prompts, comps
 
 # %% ../nbs/15_node.ipynb #3d4aae2d
@@ -318,7 +318,8 @@ def evaluate(self:SwarmNode, r:int, when:str="final"):
     if res is None:  # minutes on a CPU for a few hundred questions: say so before, not after
         self.log(f"{cfg.node_id}: held-out evaluation of the {'base' if when == 'base' else 'trained'} policy "
                  f"({len(entries)} questions, greedy)...")
-        res = evaluate_policy(self.policy, entries, self.format_prompt, self.eval_reward, cfg.max_new_tokens)
+        res = evaluate_policy(self.policy, entries, self.format_prompt, self.eval_reward, cfg.max_new_tokens,
+                              compile_decoding=cfg.compile_decoding)
     if key is not None: _BASE_EVALS.setdefault(key, (cfg.node_id, res))
     append_jsonl(eval_records_path(cfg), dict(round=r, node_id=cfg.node_id, when=when, mix=cfg.mix, n=res.n,
                                               pass1=res.pass1, evaluated_by=by, items=res.items))
