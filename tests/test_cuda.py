@@ -47,6 +47,20 @@ def test_precision_and_fit_say_what_this_gpu_does():
     assert fit.fits and 0 < fit.free <= torch.cuda.get_device_properties(0).total_memory
 
 
+def test_a_card_without_bfloat16_trains_in_float32_and_says_so(monkeypatch, tmp_path):
+    "The T4's path on whatever card is here: 'auto' picks float32 matmuls where bfloat16 is not native, and a node trains."
+    import sapo_nb.models as models
+    monkeypatch.setattr(models, "native_bf16", lambda device="cpu": False)
+    assert models.resolve_compute_dtype("auto", "cuda") == torch.float32
+    assert "float32 matmuls" in precision_note("cuda") and "no native bfloat16" in precision_note("cuda")
+    node = SwarmNode(tiny_config(tmp_path, device="cuda"), transport=MemoryTransport())
+    try:
+        assert node.policy.compute_dtype == torch.float32
+        row = node.run_round(0)
+        assert row["tokens_generated"] > 0 and row["loss"] == row["loss"]  # a finite loss, not NaN
+    finally: node.close()
+
+
 def test_greedy_generation_agrees_across_backends_and_with_the_cpu():
     gpu, cpu = load_policy("tiny", device="cuda", **F32), load_policy("tiny", device="cpu", **F32)
     on_gpu = greedy_ids(gpu.model, gpu.tokenizer, "generate")
