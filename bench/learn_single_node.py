@@ -1,4 +1,4 @@
-"""One node, no sharing (J=0), the embedded SmolLM2-135M on the `quick` mix, on CPU: does GRPO learn?
+"""One node, no sharing (J=0), the embedded SmolLM2-135M on the `quick` mix (or `--mix`), on a CPU (or `--device`): does GRPO learn?
 
 Runs the real `SwarmNode` code path with an in-memory pool and prints the mean training reward per round,
 the first-10 vs last-10 rounds' means with bootstrap 95% intervals, seconds per round split by phase, and
@@ -6,6 +6,7 @@ generation tokens/s. Writes everything to bench/results/learn_single_node.json.
 
     python bench/learn_single_node.py [--rounds 40] [--questions 4] [--G 4] [--lr 1e-5] [--seed 0]
     python bench/learn_single_node.py --adapter lora --rank 4 --lr 1e-4 --out bench/results/learn_single_node_lora.json
+    python bench/learn_single_node.py --device cuda --mix arith --eval-questions 512   # on a GPU (bench/gpu_learn.sh)
 
 Held-out greedy pass@1 is measured before the first update and after the last (`--eval-questions`, 0: none).
 """
@@ -32,6 +33,8 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ... (the `cpu` preset's settings otherwise)")
+    p.add_argument("--mix", default="quick")
     p.add_argument("--adapter", default="none", choices=["none", "lora"]); p.add_argument("--rank", type=int, default=4)
     p.add_argument("--eval-questions", type=int, default=64)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "learn_single_node.json"))
@@ -41,7 +44,7 @@ def main(argv=None):
     from sapo_nb.node import SwarmNode
     torch.set_num_threads(2)
     root = tempfile.mkdtemp(prefix="sapo_bench_")
-    cfg = preset("cpu", model=a.model, root=root, experiment="learn", node_id="solo", transport="memory",
+    cfg = preset("cpu", model=a.model, device=a.device, mix=a.mix, root=root, experiment="learn", node_id="solo", transport="memory",
                  local_questions=a.questions, external_questions=0, completions_per_question=a.G,
                  rounds=a.rounds, learning_rate=a.lr, seed=a.seed, checkpoint_every=0, adapter=a.adapter, lora_rank=a.rank,
                  eval_every=a.rounds if a.eval_questions else 0, eval_questions=max(1, a.eval_questions))
@@ -59,7 +62,9 @@ def main(argv=None):
     first, last, diff = bootstrap_ci(r[:k]), bootstrap_ci(r[-k:]), bootstrap_diff(r[:k], r[-k:])
     phase = {ph: statistics.fmean(row["seconds"][ph] for row in rows) for ph in ("generate", "reward", "train", "total")}
     toks = sum(row["tokens_generated"] for row in rows) / sum(row["seconds"]["generate"] for row in rows)
-    res = dict(config=cfg.to_dict(), torch_threads=torch.get_num_threads(), load_seconds=load_s, rewards=r,
+    from sapo_nb.core import provenance
+    res = dict(provenance=provenance(str(node.policy.device), str(node.policy.model.dtype), str(node.policy.compute_dtype)),
+               config=cfg.to_dict(), torch_threads=torch.get_num_threads(), load_seconds=load_s, rewards=r,
                first=first, last=last, diff=diff, seconds_per_phase=phase, generate_tokens_per_s=toks,
                frac_zero_std=[row["frac_zero_std"] for row in rows],
                held_out=dict(base=rows[0].get("eval_base_pass1"), final=rows[-1].get("eval_pass1"), n=rows[-1].get("eval_n")))
