@@ -235,4 +235,5 @@ def static_cache_problem(model) -> str|None:
 # %% ../nbs/07_generation.ipynb #3d8b1bb1
 def static_cache_works(model) -> bool:
     "Whether `generate` may decode `model` through a static cache: `static_cache_problem`'s verdict, once per model."
-    return probe(model, "decoding through a static cache", static_cache_problem, "sampling keeps the dynamic cache") is None
+    problem = probe(model, "decoding through a static cache", static_cache_problem, "sampling keeps the dynamic cache")
+    return problem is None
