@@ -1056,6 +1056,110 @@ def _peers_section(path) -> list:
             "the transport refused count once each, under the name they came with). <b>flagged</b>: everything it "
             "sent was refused in each of its latest rounds.</p>", _table(pd.DataFrame(rows))]
 
+# %% ../nbs/19_analysis.ipynb #6a1a412e
+_HEADLINE_NOTE = (
+    "Means over each configuration's seeds of one number per swarm run; <b>_sd</b>: standard "
+    "deviation between seeds. <b>base_pass1</b>, <b>final_pass1</b>, <b>area_pass1</b>: held-out greedy "
+    "pass@1 of the base policy, after the last round, and its mean over the run (normalized area under the "
+    "held-out curve from the base evaluation). <b>reward_local_sum</b>: Σ over nodes and rounds of the mean "
+    "reward of each node's own completions. <b>paper_metric</b>: the paper's cumulative reward_train; "
+    "<b>paper_vs_baseline_pct</b> its rise over the baseline on the seeds both ran; "
+    "<b>train_vs_local_pct</b> its rise over the configuration's own Σ reward_local, beside "
+    "<b>artefact_pct</b>, the rise nodes that never learn would show along the runs' success rates with the "
+    "measured difficulty spread; in reward units <b>train_minus_local</b> = <b>selection_gap</b> + "
+    "<b>beyond_selection</b>. <b>effective_J</b>: mean external groups trained on per node-round, with its "
+    "95% t interval over seeds; <b>batch_groups</b>: mean I + effective J. <b>commits</b>, <b>dirty</b>, "
+    "<b>cpu</b>, <b>device</b>: what ran the runs; <b>provenance</b>: unrecorded where the runs wrote "
+    "none.")
+
+def _headline_sections(path:Path, df:pd.DataFrame, base:str, cs:pd.DataFrame) -> list:
+    "The report's title line, its runs and the headline table of `config_summary` `cs`."
+    e = html.escape
+    return [f"<h1>SAPO report</h1><p class='note'>{e(str(path.resolve()))} · {df.run.nunique()} runs · "
+            f"{len(df)} node-rounds · written {time.strftime('%Y-%m-%d %H:%M')}</p>",
+            "<h2>Runs</h2>", _table(run_summary(df)),
+            f"<h2>Headline: one row per configuration (baseline {e(str(base))})</h2>",
+            f"<p class='note'>{_HEADLINE_NOTE}</p>", _table(cs)]
+
+# %% ../nbs/19_analysis.ipynb #d3ac19b3
+_CUMULATIVE_NOTE = (
+    "<b>cumulative_reward</b> (the paper's metric): Σ over nodes and rounds of the node's "
+    "mean reward over its training batch (local + external completions), averaged over runs. "
+    "<b>cumulative_local</b>: the same over the node's own completions only. Improvement: ratio of mean "
+    "per-node cumulative rewards − 1. <b>artefact_pct</b>: the rise of the paper's metric over "
+    "Σ reward_local that the selection rule alone gives along this configuration's runs (see the headline "
+    "table). Read improvement_pct beside it, not on its own.")
+
+def _statistics_note(alpha:float, effect:float) -> str:
+    "What the statistics table's columns mean, at level `alpha` and for the relative `effect`."
+    return ("Nodes of one swarm train on the same shared groups and are not independent: the unit "
+            "is the swarm run, one number per seed, and configurations are compared on the seeds both ran. "
+            "Held-out pass@1, final: greedy pass@1 at each node's last evaluation, mean over nodes; area: the "
+            "normalized area under each node's held-out curve from the base evaluation, mean over nodes. "
+            "Cumulative reward_local, and reward_train (the paper's metric, shown beside its no-learning "
+            "artefact): Σ over nodes and rounds. "
+            f"Difference: mean over seeds with its {100 * (1 - alpha):g}% paired t interval, in the metric's units; "
+            "relative: Fieller's interval of the ratio of means, in % of the baseline. p (paired t): two-sided; "
+            "p (Holm): adjusted across the headline endpoints of one configuration, the only p that makes a "
+            "finding. p (sign-flip): the exact permutation check, which cannot go below 2/2ⁿ, so fewer than "
+            f"{seeds_for_alpha(alpha)} seeds cannot reach {alpha:g}: such rows show n/a and the smallest possible "
+            "p. Equivalence: TOST against the margin stated in advance, if any. "
+            f"Seeds for +{100 * effect:.0f}%: noncentral t, 80% power, at the between-seed sd of the "
+            "differences.")
+
+_PAPER_NOTE = ("Matched by the share of external groups J/(I+J). Absolute "
+               "cumulative rewards scale with nodes × rounds and task difficulty; compare improvements and mean reward "
+               "per node-round; ours_artefact_pct is the no-learning artefact at our base rate (see above).")
+
+# %% ../nbs/19_analysis.ipynb #8ee430c9
+def _comparison_sections(df:pd.DataFrame, base:str, cs:pd.DataFrame, n_boot:int, alpha:float, effect:float,
+                         margin_pct:float|None, mixed_commits:bool) -> list:
+    "The sections that compare configurations with the baseline `base`; one line saying why not where there is one."
+    if df.config.nunique() < 2:
+        return ["<p class='note'>One configuration: the comparisons with a baseline, the statistics between "
+                "configurations and the comparison with the paper need at least two, and are left out.</p>"]
+    e, art = html.escape, cs.set_index("config").rename(columns={"base_rate": "p"})
+    imp = improvement(df, base, n_boot=n_boot)
+    cum = imp[["config", "runs", "nodes", "cumulative_reward", "improvement_pct", "cumulative_local",
+               "local_improvement_pct"]].assign(base_rate=imp.config.map(art.p),
+                                                artefact_pct=imp.config.map(art.artefact_pct))
+    sc = seed_comparison(df, base, alpha=alpha, effect=effect, margin_pct=margin_pct, mixed_commits=mixed_commits)
+    cmp = compare_with_paper(df, base, n_boot=n_boot).drop(columns=["ours_ci_low_pct", "ours_ci_high_pct",
+                                                                    "ours_p_value"])
+    cmp["ours_artefact_pct"] = cmp.ours_config.map(art.artefact_pct)
+    stats = (_table(seed_table(sc, alpha, art.artefact_pct.to_dict())) if len(sc)
+             else "<p>No configuration to compare with the baseline.</p>")
+    power = "<ul>" + "".join(f"<li><b>{e(r.label)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>"
+                             for r in sc.itertuples()) + "</ul>"
+    return [f"<h2>Cumulative reward and improvement over {e(str(base))}</h2>",
+            f"<p class='note'>{_CUMULATIVE_NOTE}</p>", _table(cum),
+            f"<h2>Statistics (unit: {e(UNIT)})</h2>", f"<p class='note'>{_statistics_note(alpha, effect)}</p>",
+            stats, power,
+            f"<h2>Against the paper</h2><p class='note'>{_PAPER_NOTE}</p>", _table(cmp)]
+
+# %% ../nbs/19_analysis.ipynb #f458edd5
+def _aha_section(df:pd.DataFrame, delta:float, aha_window:int) -> list:
+    "The aha table, one row per configuration, with its definition."
+    aha = aha_rounds(df, delta=delta, window=aha_window)
+    aha_sum = aha.groupby("config", sort=False).agg(nodes=("node_id", "size"), jumped=("jump_round", "count"),
+                                                   first_jump=("jump_round", "min"), median_lag=("lag", "median"),
+                                                   max_lag=("lag", "max")).reset_index()
+    return [f"<h2>Aha propagation</h2><p class='note'>Jump round: the first round t ≥ 2w−1 where a node's "
+            f"{aha_window}-round moving average (clipped to a quarter of the run) exceeds its value w rounds "
+            f"earlier by ≥ {delta}. Lag: rounds after the first node of the same run jumped.</p>", _table(aha_sum)]
+
+# %% ../nbs/19_analysis.ipynb #d0043725
+def _figure_sections(df:pd.DataFrame, base:str, window:int, n_boot:int) -> list:
+    "The figures as HTML fragments (plotly.js left to the page head), each under its title."
+    figs = [("Held-out pass@1", fig_held_out(df))] if df.eval_pass1.notna().any() else []
+    figs += [("Learning curves (moving average)", fig_moving_average(df, window)),
+             ("Raw reward per node", fig_rewards(df)),
+             ("Cumulative reward", fig_cumulative(df, base, intervals=False, n_boot=n_boot)),
+             ("Time per phase", fig_phase_times(df))]
+    if not adaptive_nodes(df).empty: figs.append(("Adaptive J", fig_adaptive_j(df)))
+    return [part for title, fig in figs
+            for part in (f"<h2>{html.escape(title)}</h2>", fig.to_html(full_html=False, include_plotlyjs=False))]
+
 # %% ../nbs/19_analysis.ipynb #d4aa241e
 def write_report(
     path, # a run folder, or any folder with run folders below it
@@ -1077,88 +1181,10 @@ def write_report(
     if df.empty: raise ValueError(f"no runs under {path}: expected logs/<node_id>/metrics.jsonl in it or below it")
     out = Path(out_html) if out_html is not None else (path if path.is_dir() else path.parent) / "report.html"
     base = resolve_config(df, baseline)
-    imp = improvement(df, base, n_boot=n_boot)
     cs = config_summary(df, base, mixed_commits)
-    art = cs.set_index("config").rename(columns={"base_rate": "p"})
-    cum = imp[["config", "runs", "nodes", "cumulative_reward", "improvement_pct", "cumulative_local",
-               "local_improvement_pct"]].assign(base_rate=imp.config.map(art.p),
-                                                artefact_pct=imp.config.map(art.artefact_pct))
-    sc = seed_comparison(df, base, alpha=alpha, effect=effect, margin_pct=margin_pct, mixed_commits=mixed_commits)
-    cmp = compare_with_paper(df, base, n_boot=n_boot).drop(columns=["ours_ci_low_pct", "ours_ci_high_pct",
-                                                                    "ours_p_value"])
-    cmp["ours_artefact_pct"] = cmp.ours_config.map(art.artefact_pct)
-    aha = aha_rounds(df, delta=delta, window=aha_window)
-    aha_sum = aha.groupby("config", sort=False).agg(nodes=("node_id", "size"), jumped=("jump_round", "count"),
-                                                   first_jump=("jump_round", "min"), median_lag=("lag", "median"),
-                                                   max_lag=("lag", "max")).reset_index()
-    held_out = bool(df.eval_pass1.notna().any())
-    figs = [("Held-out pass@1", fig_held_out(df))] if held_out else []
-    figs += [("Learning curves (moving average)", fig_moving_average(df, window)),
-             ("Raw reward per node", fig_rewards(df)),
-             ("Cumulative reward", fig_cumulative(df, base, intervals=False, n_boot=n_boot)),
-             ("Time per phase", fig_phase_times(df))]
-    if not adaptive_nodes(df).empty: figs.append(("Adaptive J", fig_adaptive_j(df)))
-    e = html.escape
-    parts = [f"<h1>SAPO report</h1><p class='note'>{e(str(path.resolve()))} · {df.run.nunique()} runs · "
-             f"{len(df)} node-rounds · written {time.strftime('%Y-%m-%d %H:%M')}</p>",
-             "<h2>Runs</h2>", _table(run_summary(df)),
-             f"<h2>Headline: one row per configuration (baseline {e(str(base))})</h2>",
-             "<p class='note'>Means over each configuration's seeds of one number per swarm run; <b>_sd</b>: standard "
-             "deviation between seeds. <b>base_pass1</b>, <b>final_pass1</b>, <b>area_pass1</b>: held-out greedy "
-             "pass@1 of the base policy, after the last round, and its mean over the run (normalized area under the "
-             "held-out curve from the base evaluation). <b>reward_local_sum</b>: Σ over nodes and rounds of the mean "
-             "reward of each node's own completions. <b>paper_metric</b>: the paper's cumulative reward_train; "
-             "<b>paper_vs_baseline_pct</b> its rise over the baseline on the seeds both ran; "
-             "<b>train_vs_local_pct</b> its rise over the configuration's own Σ reward_local, beside "
-             "<b>artefact_pct</b>, the rise nodes that never learn would show along the runs' success rates with the "
-             "measured difficulty spread; in reward units <b>train_minus_local</b> = <b>selection_gap</b> + "
-             "<b>beyond_selection</b>. <b>effective_J</b>: mean external groups trained on per node-round, with its "
-             "95% t interval over seeds; <b>batch_groups</b>: mean I + effective J. <b>commits</b>, <b>dirty</b>, "
-             "<b>cpu</b>, <b>device</b>: what ran the runs; <b>provenance</b>: unrecorded where the runs wrote "
-             "none.</p>", _table(cs),
-             ]
-    compared = df.config.nunique() > 1  # one configuration: nothing to compare, so no comparison sections
-    if not compared:
-        parts.append("<p class='note'>One configuration: the comparisons with a baseline, the statistics between "
-                     "configurations and the comparison with the paper need at least two, and are left out.</p>")
-    else: parts += [
-             f"<h2>Cumulative reward and improvement over {e(str(base))}</h2>",
-             "<p class='note'><b>cumulative_reward</b> (the paper's metric): Σ over nodes and rounds of the node's "
-             "mean reward over its training batch (local + external completions), averaged over runs. "
-             "<b>cumulative_local</b>: the same over the node's own completions only. Improvement: ratio of mean "
-             "per-node cumulative rewards − 1. <b>artefact_pct</b>: the rise of the paper's metric over "
-             "Σ reward_local that the selection rule alone gives along this configuration's runs (see the headline "
-             "table). Read improvement_pct beside it, not on its own.</p>",
-             _table(cum),
-             f"<h2>Statistics (unit: {e(UNIT)})</h2>",
-             "<p class='note'>Nodes of one swarm train on the same shared groups and are not independent: the unit "
-             "is the swarm run, one number per seed, and configurations are compared on the seeds both ran. "
-             "Held-out pass@1, final: greedy pass@1 at each node's last evaluation, mean over nodes; area: the "
-             "normalized area under each node's held-out curve from the base evaluation, mean over nodes. "
-             "Cumulative reward_local, and reward_train (the paper's metric, shown beside its no-learning "
-             "artefact): Σ over nodes and rounds. "
-             f"Difference: mean over seeds with its {100 * (1 - alpha):g}% paired t interval, in the metric's units; "
-             "relative: Fieller's interval of the ratio of means, in % of the baseline. p (paired t): two-sided; "
-             "p (Holm): adjusted across the headline endpoints of one configuration, the only p that makes a "
-             "finding. p (sign-flip): the exact permutation check, which cannot go below 2/2ⁿ, so fewer than "
-             f"{seeds_for_alpha(alpha)} seeds cannot reach {alpha:g}: such rows show n/a and the smallest possible "
-             "p. Equivalence: TOST against the margin stated in advance, if any. "
-             f"Seeds for +{100 * effect:.0f}%: noncentral t, 80% power, at the between-seed sd of the "
-             "differences.</p>",
-             (_table(seed_table(sc, alpha, art.artefact_pct.to_dict())) if len(sc)
-              else "<p>No configuration to compare with the baseline.</p>"),
-             "<ul>" + "".join(f"<li><b>{e(r.label)} · {e(str(r.config_a))}</b>: {e(r.power_statement)}</li>"
-                              for r in sc.itertuples()) + "</ul>",
-             "<h2>Against the paper</h2><p class='note'>Matched by the share of external groups J/(I+J). Absolute "
-             "cumulative rewards scale with nodes × rounds and task difficulty; compare improvements and mean reward "
-             "per node-round; ours_artefact_pct is the no-learning artefact at our base rate (see above).</p>",
-             _table(cmp)]
-    parts += [f"<h2>Aha propagation</h2><p class='note'>Jump round: the first round t ≥ 2w−1 where a node's "
-              f"{aha_window}-round moving average (clipped to a quarter of the run) exceeds its value w rounds "
-              f"earlier by ≥ {delta}. Lag: rounds after the first node of the same run jumped.</p>", _table(aha_sum)]
-    parts += _peers_section(path)
-    for title, fig in figs:
-        parts += [f"<h2>{e(title)}</h2>", fig.to_html(full_html=False, include_plotlyjs=False)]
+    parts = [*_headline_sections(path, df, base, cs),
+             *_comparison_sections(df, base, cs, n_boot, alpha, effect, margin_pct, mixed_commits),
+             *_aha_section(df, delta, aha_window), *_peers_section(path), *_figure_sections(df, base, window, n_boot)]
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>SAPO report</title><style>{_CSS}</style>"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>{''.join(parts)}</body></html>")
     out.parent.mkdir(parents=True, exist_ok=True)
