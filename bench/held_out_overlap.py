@@ -1,6 +1,6 @@
 """How many held-out evaluation questions a node's training streams ask, word for word, per mix.
 
-Two measures, both by normalized question text (whitespace collapsed, case folded):
+Three measures, all by normalized question text (whitespace collapsed, case folded):
 * per plan run: the four nodes of one seed (`node-0` .. `node-3`), 400 questions each (100 rounds of I = 4): how many
   of the evaluation questions (64, and 512 where the library has that many) occur in the run's training questions;
 * in bulk: 20,000 training questions over eight streams (seeds 0-3, two node ids each): the same count, and how many

@@ -92,8 +92,8 @@ class SAPOConfig:
     top_p: float = _f(1.0, "nucleus sampling mass")
     compile_decoding: bool = _f(False,
         "sample with generate through a static KV cache, whose decoding step transformers compiles on a GPU (CUDA "
-        "graphs: fewer kernel launches a token, one compile per new batch shape); a batch of several nodes' adapters "
-        "keeps the dynamic cache")
+        "graphs: fewer kernel launches a token, one compile per new batch shape); the CPU decoding loop ignores it, "
+        "and a model carrying several nodes' adapters keeps the dynamic cache")
     # --- reward
     answer_fallback: bool = _f(False, "with no <answer> tags, score the last number/line instead of 0")
     partial_credit: bool = _f(False, "pass ReasoningGym's partial credit through (off: 1 only for a correct answer)")

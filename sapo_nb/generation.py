@@ -6,14 +6,15 @@
 from __future__ import annotations
 import copy, time, warnings
 from dataclasses import dataclass
-from .seam import cache_argument, disagreement, prefill_prompts, probe, probe_ids
+from .seam import cache_argument, disagreement, failed_in_use, prefill_prompts, probe, probe_ids
 from .decoding import (InverseCDFSampler, SampledLogprobs, decode_completions, decode_loop_problem,
                               sampling_processors, supports_decode_loop, token_picker)
 
 # %% auto #0
-__all__ = ['BACKENDS', 'CACHE_BUCKET', 'Completions', 'generate_completions', 'eos_ids', 'encode_prompts', 'completions_from_ids',
-           'sampling_config', 'generate_ids', 'row_uniforms', 'choose_backend', 'static_cache_config',
-           'static_cache_problem', 'static_cache_works']
+__all__ = ['BACKENDS', 'CACHE_BUCKET', 'STATIC_CACHE', 'KEEPS_DYNAMIC', 'Completions', 'generate_completions', 'eos_ids',
+           'encode_prompts', 'completions_from_ids', 'sampling_config', 'generate_ids', 'sample_with_generate',
+           'row_uniforms', 'choose_backend', 'static_cache_config', 'static_cache_problem', 'static_cache_works',
+           'uses_static_cache']
 
 # %% ../nbs/07_generation.ipynb #a2f6ee58
 def _torch():
@@ -53,7 +54,7 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
                          backend:str="auto",
                          # per prompt, the LoRA adapter it runs through (one batch for several nodes on a shared base)
                          adapters:list|None=None,
-                         # `generate` through a static KV cache, compiled on a GPU (`static_cache_config`)
+                         # `generate` through a static KV cache, compiled on a GPU (`uses_static_cache`)
                          compile_decoding:bool=False,
                         ) -> Completions:
     """Sample `G` completions for every prompt in one batch, with the backend `choose_backend` picks: their text, ids
@@ -81,17 +82,15 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
                                          token_picker(temperature, top_p, uniforms), eos, pad, adapters=adapters,
                                          record=record)
             else:
-                # the warpers run as processors after the recorder, which sees raw logits; per-row draws, when
-                # asked for, run after the warpers, and generate then takes the one finite token (greedy)
-                procs = [*([record] if record else []), *sampling_processors(temperature, top_p),
-                         *([] if uniforms is None else [InverseCDFSampler(uniforms=uniforms.to(model.device))])]
-                config = sampling_config(max_new_tokens, 1.0 if temperature and uniforms is None else 0, 1.0, eos, pad)
-                static = compile_decoding and adapters is None and static_cache_works(model)
-                if static: config = static_cache_config(config, enc["input_ids"].shape[1] + max_new_tokens)
-                # prompts through their own adapters
-                rows = {} if adapters is None else dict(adapter_names=[a for a in adapters for _ in range(G)])
-                new = generate_ids(model, enc["input_ids"], enc["attention_mask"], G, config,
-                                   prefill=adapters is None and not static, logits_processor=procs, **rows)
+                static = compile_decoding and uses_static_cache(model, adapters)
+                asked = (model, enc, G, max_new_tokens, temperature, top_p, uniforms, eos, pad)
+                try: new = sample_with_generate(*asked, record, adapters, static)
+                except Exception as e:  # a batch the check did not try: said once, and this call samples again
+                    if not static: raise
+                    failed_in_use(model, STATIC_CACHE, f"{type(e).__name__}: {e}"[:300], KEEPS_DYNAMIC)
+                    if seed is not None and not per_prompt: torch.manual_seed(seed)
+                    record = SampledLogprobs(*record.out.shape, temperature, model.device) if record else None
+                    new = sample_with_generate(*asked, record, adapters, False)
     finally:
         if was_training: model.train()
     return completions_from_ids(tokenizer, new, eos, G, max_new_tokens, time.perf_counter() - t0, use,
@@ -164,6 +163,25 @@ def generate_ids(model, input_ids, attention_mask,  # left-padded prompts [P, T]
     finally: model.generation_config = own
     return out[:, input_ids.shape[1]:]
 
+# %% ../nbs/07_generation.ipynb #820fb22b
+def sample_with_generate(model, enc:dict, G:int, max_new_tokens:int, temperature:float, top_p:float,
+                         uniforms,                # per-row uniforms (`row_uniforms`), or None
+                         eos:set, pad:int|None,
+                         record=None,             # a `SampledLogprobs` to fill, or None (greedy)
+                         adapters:list|None=None, # per prompt, the adapter it runs through
+                         static:bool=False,       # decode through a static cache (`static_cache_config`)
+                        ):
+    "New token ids `[P*G, n]` of the encoded prompts `enc`, sampled by `generate`."
+    # the warpers run as processors after the recorder, which sees raw logits; per-row draws, when asked for, run
+    # after the warpers, and generate then takes the one finite token (greedy)
+    procs = [*([record] if record else []), *sampling_processors(temperature, top_p),
+             *([] if uniforms is None else [InverseCDFSampler(uniforms=uniforms.to(model.device))])]
+    config = sampling_config(max_new_tokens, 1.0 if temperature and uniforms is None else 0, 1.0, eos, pad)
+    if static: config = static_cache_config(config, enc["input_ids"].shape[1] + max_new_tokens)
+    rows = {} if adapters is None else dict(adapter_names=[a for a in adapters for _ in range(G)])
+    return generate_ids(model, enc["input_ids"], enc["attention_mask"], G, config,
+                        prefill=adapters is None and not static, logits_processor=procs, **rows)
+
 # %% ../nbs/07_generation.ipynb #538e37a8
 def row_uniforms(seeds:list, G:int, steps:int):
     """`[len(seeds)*G, steps]` float64 uniforms: row `p*G + g` from prompt p's own generator, so a row draws the
@@ -198,6 +216,8 @@ def choose_backend(model, backend:str="auto") -> str:
 
 # %% ../nbs/07_generation.ipynb #fc5c857c
 CACHE_BUCKET = 128  # a static cache's positions are rounded up to a multiple of this
+STATIC_CACHE = "decoding through a static cache"  # the check's name, as its warning says it
+KEEPS_DYNAMIC = "sampling keeps the dynamic cache"  # what sampling does instead
 
 # %% ../nbs/07_generation.ipynb #256648eb
 def static_cache_config(config,      # `sampling_config(...)`
@@ -229,11 +249,20 @@ def static_cache_problem(model) -> str|None:
         with torch.no_grad(): new = generate_ids(model, ids, mask, 1, config, prefill=False, logits_processor=[record])
         runs.append((new, record.finish(new).to(_step_dtype(model))))
     (want, want_lp), (got, got_lp) = runs
-    if not torch.equal(got, want): return f"greedy tokens {got.tolist()}, not {want.tolist()}"
-    return disagreement(got_lp, want_lp)
+    if got.shape != want.shape or not torch.equal(got[:, 0], want[:, 0]):
+        return f"greedy tokens {got.tolist()}, not {want.tolist()}"
+    same = (got == want).int().cumprod(-1).bool()  # each row up to where the two decodings part
+    return disagreement(got_lp[same], want_lp[same])
 
 # %% ../nbs/07_generation.ipynb #3d8b1bb1
 def static_cache_works(model) -> bool:
     "Whether `generate` may decode `model` through a static cache: `static_cache_problem`'s verdict, once per model."
-    problem = probe(model, "decoding through a static cache", static_cache_problem, "sampling keeps the dynamic cache")
-    return problem is None
+    return probe(model, STATIC_CACHE, static_cache_problem, KEEPS_DYNAMIC) is None
+
+# %% ../nbs/07_generation.ipynb #319a8131
+def uses_static_cache(model, adapters:list|None=None) -> bool:
+    """Whether `generate_completions`, asked to compile its decoding, decodes through a static cache: no per-row
+    adapters, at most one adapter on the model, and `static_cache_works`."""
+    if adapters is not None: return False
+    if len(getattr(model, "peft_config", None) or {}) > 1: return False
+    return static_cache_works(model)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import inspect, sys, warnings, weakref
 
 # %% auto #0
-__all__ = ['PLAIN_HEAD_MODELS', 'probe', 'forget_checks', 'disagreement', 'probe_ids', 'accepts_argument', 'cache_argument',
-           'cache_continues_problem', 'prompt_cache', 'cache_layers', 'cache_rows_problem', 'prefill_prompts',
-           'cache_of_rows', 'rotary', 'rotary_problem', 'pack_problem', 'packed_linear', 'head_problem', 'logits_where',
-           'unwrap_adapters', 'checkpointing_on']
+__all__ = ['PLAIN_HEAD_MODELS', 'probe', 'forget_checks', 'failed_in_use', 'disagreement', 'probe_ids', 'accepts_argument',
+           'cache_argument', 'cache_continues_problem', 'prompt_cache', 'cache_layers', 'cache_rows_problem',
+           'prefill_prompts', 'cache_of_rows', 'rotary', 'rotary_problem', 'pack_problem', 'packed_linear',
+           'head_problem', 'logits_where', 'unwrap_adapters', 'checkpointing_on']
 
 # %% ../nbs/05_seam.ipynb #35c586c7
 def _torch():
@@ -48,7 +48,7 @@ def probe(subject,            # what is checked: a model (held weakly) or a hash
     kind = type(subject).__name__ if hasattr(subject, "modules") else str(subject)
     if problem is not None and warn and (kind, what) not in _SAID:
         _SAID.add((kind, what))
-        warnings.warn(f"sapo_nb.seam: {what} failed its check on {kind} ({problem}); {fallback}", RuntimeWarning,
+        warnings.warn(f"sapo_nb.seam: {what} failed on {kind} ({problem}); {fallback}", RuntimeWarning,
                       stacklevel=3)
     return problem
 
@@ -58,6 +58,18 @@ def forget_checks():
     _VERDICTS.clear()
     _KEYED.clear()
     _SAID.clear()
+
+# %% ../nbs/05_seam.ipynb #cead88f5
+def failed_in_use(subject,          # what failed: a model (held weakly) or a hashable key
+                  what:str,         # the check's name, as `probe` was asked it
+                  problem:str,      # what went wrong
+                  fallback:str="",  # what the caller does instead, as the warning says
+                 ) -> str:
+    "Record that `what` failed on `subject` in use, after its check passed: said once, and `probe`'s verdict from now."
+    try: verdicts = _VERDICTS.setdefault(subject, {})
+    except TypeError: verdicts = _KEYED.setdefault(subject, {})
+    verdicts[what] = problem
+    return probe(subject, what, None, fallback)
 
 # %% ../nbs/05_seam.ipynb #1a4015b7
 def disagreement(got, want) -> str|None:

@@ -81,13 +81,16 @@ def test_sampling_on_the_gpu_is_seeded_and_ends_at_eos():
 
 def test_compiled_decoding_samples_what_the_dynamic_cache_samples():
     "Through a static cache that transformers compiles (CUDA graphs), float32: the same tokens, greedy and seeded."
+    from torch._dynamo.utils import counters
     from sapo_nb.generation import static_cache_problem
     p = load_policy("tiny", device="cuda", **F32)
     assert static_cache_problem(p.model) is None
+    graphs = counters["stats"]["unique_graphs"]
     for kw in (dict(temperature=0, seed=0), dict(temperature=0.8, seed=[1, 2, 3])):
         eager, compiled, again = (generate_completions(p.model, p.tokenizer, PROMPTS, 4, 16, backend="generate",
                                                        compile_decoding=c, **kw) for c in (False, True, True))
         assert compiled.ids == eager.ids and again.ids == eager.ids  # a second call replays the recorded graphs
+    assert counters["stats"]["unique_graphs"] > graphs  # transformers did compile the decoding step
 
 
 @pytest.mark.parametrize("adapter", ["none", "lora"])
