@@ -18,7 +18,7 @@ from pathlib import Path
 import sapo_nb
 from sapo_nb.tasks import ITEM_CHUNK, MIXES, ItemError, TaskStream, eval_items, rebuild_item
 
-def key(text): return " ".join(str(text).split()).casefold()
+def key(text): return " ".join(str(text).split()).casefold()  # `tasks.question_key`, which the library before lacks
 
 def eval_keys(mix, n):
     "The first `n` evaluation questions of `mix` as keys, or None where the library has fewer."

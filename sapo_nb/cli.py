@@ -14,8 +14,8 @@ from .config import (SAPOConfig, ConfigError, CHOICES, COMMAND_PRESET, PRESETS, 
 __all__ = ['SHORT_FLAGS', 'COMMANDS', 'add_config_args', 'config_from_args', 'demo', 'add_demo_command', 'run_demo',
            'add_node_command', 'run_node', 'add_swarm_command', 'run_swarm', 'add_experiment_command', 'run_experiment',
            'add_report_command', 'run_report', 'add_status_command', 'run_status', 'add_clean_command', 'run_clean',
-           'add_compare_command', 'run_compare', 'add_save_model_command', 'run_save_model', 'add_export_command',
-           'run_export', 'Command', 'main']
+           'add_node_of_run', 'add_compare_command', 'run_compare', 'add_save_model_command', 'run_save_model',
+           'add_export_command', 'run_export', 'Command', 'main']
 
 # %% ../nbs/22_cli.ipynb #44c0b455
 SHORT_FLAGS = dict(local_questions="-I", external_questions="-J", completions_per_question="-G")
@@ -303,13 +303,18 @@ def run_clean(args) -> int:
         print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
     return 1 if any("the node runs" in k for k in kept) else 0
 
+# %% ../nbs/22_cli.ipynb #48b585fe
+def add_node_of_run(parser, node_help:str):
+    "The arguments of a command about one node of a finished run: the run folder, and `--node` (`node_help`)."
+    parser.add_argument("run", help="a run folder: <root>/<experiment>")
+    parser.add_argument("--node", default="node-0", help=f"{node_help} (default: %(default)s)")
+
 # %% ../nbs/22_cli.ipynb #bc2befb4
 def add_compare_command(sub) -> argparse.ArgumentParser:
     "`sapo compare RUN`: which node, and how many questions to show."
     cp = sub.add_parser("compare",
                         help="a node's answers to the held-out questions before and after training, side by side")
-    cp.add_argument("run", help="a run folder: <root>/<experiment>")
-    cp.add_argument("--node", default="node-0", help="the node to compare (default: %(default)s)")
+    add_node_of_run(cp, "the node to compare")
     cp.add_argument("--show", type=int, default=10, help="questions to show, changed ones first (default: %(default)s)")
     return cp
 
@@ -328,8 +333,7 @@ def add_save_model_command(sub) -> argparse.ArgumentParser:
     "`sapo save-model RUN --to DIR`: which node, in which form, and whether to upload it."
     sm = sub.add_parser("save-model",
                         help="write a node's trained model (its newest checkpoint) as a transformers folder")
-    sm.add_argument("run", help="a run folder: <root>/<experiment>")
-    sm.add_argument("--node", default="node-0", help="the node whose model to write (default: %(default)s)")
+    add_node_of_run(sm, "the node whose model to write")
     sm.add_argument("--to", required=True, help="the folder to write; it must not exist")
     sm.add_argument("--as", dest="form", choices=["merged", "adapter", "gguf"], default="merged",
                     help="a whole transformers model (default), a LoRA node's adapter alone, "

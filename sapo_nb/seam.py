@@ -22,6 +22,11 @@ _VERDICTS = weakref.WeakKeyDictionary()  # model -> {what: problem or None}
 _KEYED = {}  # subject that cannot be held weakly (a dtype) -> {what: problem or None}
 _SAID = set()  # (kind of subject, what): failures already announced
 
+def _verdicts_of(subject) -> dict:
+    "The verdicts kept for `subject`: `{what: problem or None}`, held weakly where the subject allows it."
+    try: return _VERDICTS.setdefault(subject, {})
+    except TypeError: return _KEYED.setdefault(subject, {})
+
 # %% ../nbs/05_seam.ipynb #876fb41e
 def _verdict(subject, check):
     "`check(subject)`, in eval mode for a module (its modes restored), an exception as a failure."
@@ -41,8 +46,7 @@ def probe(subject,            # what is checked: a model (held weakly) or a hash
           warn:bool=True,     # announce a failure (once per kind of subject and `what`)
          ) -> str|None:
     "The verdict of `check` on `subject`: None, or what is wrong; computed on first use and remembered."
-    try: verdicts = _VERDICTS.setdefault(subject, {})
-    except TypeError: verdicts = _KEYED.setdefault(subject, {})
+    verdicts = _verdicts_of(subject)
     if what not in verdicts: verdicts[what] = _verdict(subject, check)
     problem = verdicts[what]
     kind = type(subject).__name__ if hasattr(subject, "modules") else str(subject)
@@ -66,9 +70,7 @@ def failed_in_use(subject,          # what failed: a model (held weakly) or a ha
                   fallback:str="",  # what the caller does instead, as the warning says
                  ) -> str:
     "Record that `what` failed on `subject` in use, after its check passed: said once, and `probe`'s verdict from now."
-    try: verdicts = _VERDICTS.setdefault(subject, {})
-    except TypeError: verdicts = _KEYED.setdefault(subject, {})
-    verdicts[what] = problem
+    _verdicts_of(subject)[what] = problem
     return probe(subject, what, None, fallback)
 
 # %% ../nbs/05_seam.ipynb #1a4015b7
