@@ -815,6 +815,9 @@ def estimate_node_memory(
     P, L, ckpt = shape.parameters, shape.layers, cfg.gradient_checkpointing
     prompt, lora = prompt_tokens or PROMPT_TOKENS[mix_settings(cfg.mix)["prompt_style"]], cfg.adapter == "lora"
     T, kv = prompt + new, shape.kv_heads * shape.head_dim
+    if cfg.compile_decoding and not (lora and nodes > 1):  # a static cache: its length rounded up (`07_generation`)
+        from sapo_nb.generation import CACHE_BUCKET
+        T = -(-T // CACHE_BUCKET) * CACHE_BUCKET
     m = min(cfg.micro_batch_size, (I + cfg.external_questions) * G)
     tokens = m * new + min(m, -(-m // G) + 1) * prompt  # a micro-batch runs each group's prompt once
     per_token = c * (10 * shape.hidden + 2 * kv + 4 * shape.intermediate) + ACTIVATION_FLOAT32 * shape.hidden
@@ -839,7 +842,8 @@ def estimate_node_memory(
 # %% ../nbs/04_models.ipynb #1e02daf8
 MEMORY_FIELDS = ("model", "adapter", "local_questions", "external_questions", "completions_per_question",
                  "max_new_tokens", "micro_batch_size", "gradient_checkpointing", "beta", "dtype", "compute_dtype",
-                 "lora_rank", "lora_targets", "mix", "eval_every", "eval_questions")  # what a node's memory depends on
+                 "lora_rank", "lora_targets", "mix", "eval_every", "eval_questions",
+                 "compile_decoding")  # what a node's memory depends on
 
 # %% ../nbs/04_models.ipynb #7dfa2ff5
 def free_memory(device:str="cpu",         # a resolved device
