@@ -261,6 +261,7 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
     ext = [replace(g, prompt=self.format_prompt(tok, g.entry)) for g in ext]  # the question as we rebuilt it
     lap("select")
     base = self.evaluate(r, "base") if r == 0 and cfg.eval_every else None  # the base policy, before its first update
+    lap("base")  # as long as it took this node: next to nothing where a node of its process ran it already
     # a completion cut by the length limit (ours, or a peer's by its flag) gets no EOS: the policy is not taught to
     # stop there
     st = self.trainer.step(local + ext) if local or ext else None
@@ -268,9 +269,7 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
     due = cfg.eval_every and ((r + 1) % cfg.eval_every == 0 or r + 1 == cfg.rounds)
     after = self.evaluate(r, "final" if r + 1 == cfg.rounds else "curve") if due else None  # after this round's update
     lap("eval")
-    if base:
-        sec["eval"] += base.seconds
-        sec["train"] -= base.seconds
+    sec["eval"] += sec.pop("base")
     sec["encode"] = st.seconds_encode if st else 0.0  # re-encoding text, then the update
     sec["train"] -= sec["encode"]
     # time this node worked on the round (not time spent waiting its turn)
