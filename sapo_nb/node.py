@@ -227,7 +227,7 @@ def begin_round(self:SwarmNode, r:int,
     if groups: self.transport.publish(r, cfg.node_id, groups, model=cfg.model)
     sec["publish"] = time.perf_counter() - t
     return RoundStart(round=r, I=I, J=J, groups=groups, tokens=comps.total_tokens if comps else 0, seconds=sec,
-                      busy=time.perf_counter() - t0)
+                      busy=time.perf_counter() - t0 + (0.0 if own else sec["generate"]))  # its share of a batch too
 
 # %% ../nbs/15_node.ipynb #640b3dde
 def training_metrics(st:StepResult|None) -> dict:
