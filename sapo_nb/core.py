@@ -370,7 +370,7 @@ class RoundMetrics:
     tokens_trained: int = _m(is_count, "completion tokens in the update", 0)
     truncated: int = _m(is_count, "completions cut by the length limit", 0)
     seconds: dict = _m(_seconds, "seconds per phase (`PHASES`, `eval`, `encode`) and `total`", required=True)
-    peak_memory_mb: float|None = _m(_number, "peak memory of the process so far")
+    peak_memory_mb: float|None = _m(_number, "peak memory of the process since its swarm started")
     time: float = _m(is_finite, "unix time the round ended", 0.0, required=True)
     eval_pass1: float|None = _m(_number, "held-out greedy pass@1 after the round's update")
     eval_n: int|None = _m(_number, "held-out questions asked")

@@ -491,19 +491,20 @@ def _minibatch_update(self:GRPOTrainer, batch:TrainingBatch, part:list, active:l
 # %% ../nbs/08_grpo.ipynb #9f3e188f
 @dataclass
 class StepResult:
-    "What one round's update did: its loss and clipping, how far the policy moved, and what it trained on."
-    loss: float                 # mean surrogate loss over the optimizer steps
-    clip_frac_low: float        # share of trained tokens clipped below (ratio < 1 - eps_low)
-    clip_frac_high: float       # share clipped above (ratio > 1 + eps_high)
-    kl: float                   # mean KL to the reference, per trained token (0 with beta = 0)
-    entropy: float              # mean entropy of the policy on the trained tokens
-    grad_norm: float            # gradient norm of the last optimizer step, before clipping
+    """What one round's update did: its loss and clipping, how far the policy moved, and what it trained on. What is
+    measured on trained tokens is None when no token was trained (no group had spread): nothing was measured."""
+    loss: float|None            # mean surrogate loss over the optimizer steps
+    clip_frac_low: float|None   # share of trained tokens clipped below (ratio < 1 - eps_low)
+    clip_frac_high: float|None  # share clipped above (ratio > 1 + eps_high)
+    kl: float|None              # mean KL to the reference, per trained token (0 with beta = 0)
+    entropy: float|None         # mean entropy of the policy on the trained tokens
+    grad_norm: float|None       # gradient norm of the last optimizer step, before clipping
     steps: int                  # optimizer steps taken
     tokens_trained: int         # completion tokens with a nonzero advantage, over all iterations
     tokens_batch: int           # completion tokens in the batch
     frac_zero_std: float        # share of groups whose rewards have no spread (no signal)
     reward_mean: float          # mean reward of the batch's completions
-    sampler_logprob_gap: float  # mean |sampled - recomputed| log-prob of the node's own tokens
+    sampler_logprob_gap: float|None  # mean |sampled - recomputed| log-prob of the node's own trained tokens
     seconds: float              # the whole update
     seconds_encode: float       # of which: turning the groups into token ids
 
@@ -526,14 +527,16 @@ def step(self:GRPOTrainer, groups:list) -> StepResult:
         for part in _chunks(list(range(len(batch))), self.cfg.minibatches):
             self._minibatch_update(batch, part, [i for i in part if i in trained], old, ref, totals)
     self.opt.zero_grad(set_to_none=True)
-    n = max(totals.tokens, 1.0)
+    per = lambda total, n: total / n if n else None  # a mean over nothing is not 0: nothing was measured
+    per_token = lambda total: per(total, totals.tokens)
     rewards = [x for g in groups for x in g.rewards]
-    return StepResult(loss=totals.loss / max(totals.steps, 1), clip_frac_low=totals.clip_low / n,
-                      clip_frac_high=totals.clip_high / n, kl=totals.kl / n, entropy=totals.entropy / n,
-                      grad_norm=totals.grad_norm, steps=totals.steps, tokens_trained=int(totals.tokens),
+    return StepResult(loss=per(totals.loss, totals.steps), clip_frac_low=per_token(totals.clip_low),
+                      clip_frac_high=per_token(totals.clip_high), kl=per_token(totals.kl),
+                      entropy=per_token(totals.entropy), grad_norm=totals.grad_norm if totals.steps else None,
+                      steps=totals.steps, tokens_trained=int(totals.tokens),
                       tokens_batch=int(batch.loss_mask.sum()), frac_zero_std=batch.frac_zero_std,
                       reward_mean=float(sum(rewards) / max(1, len(rewards))),
-                      sampler_logprob_gap=totals.sampler_gap / max(totals.sampler_tokens, 1.0),
+                      sampler_logprob_gap=per(totals.sampler_gap, totals.sampler_tokens),
                       seconds=time.perf_counter() - t0, seconds_encode=t_encode)
 
 # %% ../nbs/08_grpo.ipynb #aedc4438

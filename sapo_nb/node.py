@@ -233,7 +233,8 @@ def begin_round(self:SwarmNode, r:int,
 def training_metrics(st:StepResult|None) -> dict:
     "The metrics row's fields of one update `st` (None: nothing was trained this round)."
     if st is None: return dict(tokens_trained=0)
-    return dict(frac_zero_std=st.frac_zero_std, loss=st.loss, clip_frac=st.clip_frac_low + st.clip_frac_high,
+    clipped = None if st.clip_frac_low is None else st.clip_frac_low + st.clip_frac_high  # None: nothing trained
+    return dict(frac_zero_std=st.frac_zero_std, loss=st.loss, clip_frac=clipped,
                 clip_frac_low=st.clip_frac_low, clip_frac_high=st.clip_frac_high, kl=st.kl, entropy=st.entropy,
                 grad_norm=st.grad_norm, sampler_gap=st.sampler_logprob_gap, tokens_trained=st.tokens_trained)
 
@@ -291,7 +292,7 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
     return row.to_row()
 
 # %% ../nbs/15_node.ipynb #0262e6f5
-_BASE_EVALS = {}  # what identifies a base policy's evaluation -> (node that ran it, its EvalResult), per process
+_BASE_EVALS = {}  # what identifies a base policy's evaluation -> (its run's folder, node that ran it, its EvalResult)
 
 # %% ../nbs/15_node.ipynb #47824e39
 def _base_key(cfg:SAPOConfig, policy) -> tuple|None:
@@ -313,13 +314,15 @@ def evaluate(self:SwarmNode, r:int, when:str="final"):
         self.eval_reward = make_reward_fn(answer_fallback=cfg.answer_fallback, partial_credit=False)
     entries = self.eval_set if when != "curve" else self.eval_set[:cfg.eval_curve_questions]
     key = _base_key(cfg, self.policy) if when == "base" else None
-    by, res = _BASE_EVALS.get(key, (cfg.node_id, None))  # nodes of one process on one base model evaluate it once
+    # nodes of one process on one base model evaluate it once, and say which node of which run did
+    run, by, res = _BASE_EVALS.get(key, (experiment_dir(cfg), cfg.node_id, None))
+    by = by if run == experiment_dir(cfg) else f"{by} of {run}"
     if res is None:  # minutes on a CPU for a few hundred questions: say so before, not after
         self.log(f"{cfg.node_id}: held-out evaluation of the {'base' if when == 'base' else 'trained'} policy "
                  f"({len(entries)} questions, greedy)...")
         res = evaluate_policy(self.policy, entries, self.format_prompt, self.eval_reward, cfg.max_new_tokens,
                               compile_decoding=cfg.compile_decoding)
-    if key is not None: _BASE_EVALS.setdefault(key, (cfg.node_id, res))
+    if key is not None: _BASE_EVALS.setdefault(key, (experiment_dir(cfg), cfg.node_id, res))
     append_jsonl(eval_records_path(cfg), dict(round=r, node_id=cfg.node_id, when=when, mix=cfg.mix, n=res.n,
                                               pass1=res.pass1, evaluated_by=by, items=res.items))
     return res
