@@ -527,12 +527,12 @@ def step(self:GRPOTrainer, groups:list) -> StepResult:
         for part in _chunks(list(range(len(batch))), self.cfg.minibatches):
             self._minibatch_update(batch, part, [i for i in part if i in trained], old, ref, totals)
     self.opt.zero_grad(set_to_none=True)
-    per = lambda total, n: total / n if n else None  # a mean over nothing is not 0: nothing was measured
+    per = lambda total, n: total / n if n and totals.tokens else None  # a mean over nothing is not 0: none measured
     per_token = lambda total: per(total, totals.tokens)
     rewards = [x for g in groups for x in g.rewards]
     return StepResult(loss=per(totals.loss, totals.steps), clip_frac_low=per_token(totals.clip_low),
                       clip_frac_high=per_token(totals.clip_high), kl=per_token(totals.kl),
-                      entropy=per_token(totals.entropy), grad_norm=totals.grad_norm if totals.steps else None,
+                      entropy=per_token(totals.entropy), grad_norm=totals.grad_norm if totals.tokens else None,
                       steps=totals.steps, tokens_trained=int(totals.tokens),
                       tokens_batch=int(batch.loss_mask.sum()), frac_zero_std=batch.frac_zero_std,
                       reward_mean=float(sum(rewards) / max(1, len(rewards))),

@@ -178,7 +178,8 @@ def reset_peak_memory(device:str="cpu") -> bool:
     process's)."""
     if str(device).startswith("cuda"):
         import torch
-        torch.cuda.reset_peak_memory_stats(torch.device(device))
+        # before CUDA starts there is no peak to restart (and naming a card would raise)
+        if torch.cuda.is_initialized(): torch.cuda.reset_peak_memory_stats(torch.device(device))
         return True
     try:
         with open("/proc/self/clear_refs", "w") as f: f.write("5")  # Linux: the peak resident set restarts from now

@@ -316,7 +316,7 @@ def evaluate(self:SwarmNode, r:int, when:str="final"):
     key = _base_key(cfg, self.policy) if when == "base" else None
     # nodes of one process on one base model evaluate it once, and say which node of which run did
     run, by, res = _BASE_EVALS.get(key, (experiment_dir(cfg), cfg.node_id, None))
-    by = by if run == experiment_dir(cfg) else f"{by} of {run}"
+    elsewhere = {} if run == experiment_dir(cfg) else {"evaluated_in": os.path.relpath(run, experiment_dir(cfg))}
     if res is None:  # minutes on a CPU for a few hundred questions: say so before, not after
         self.log(f"{cfg.node_id}: held-out evaluation of the {'base' if when == 'base' else 'trained'} policy "
                  f"({len(entries)} questions, greedy)...")
@@ -324,7 +324,7 @@ def evaluate(self:SwarmNode, r:int, when:str="final"):
                               compile_decoding=cfg.compile_decoding)
     if key is not None: _BASE_EVALS.setdefault(key, (experiment_dir(cfg), cfg.node_id, res))
     append_jsonl(eval_records_path(cfg), dict(round=r, node_id=cfg.node_id, when=when, mix=cfg.mix, n=res.n,
-                                              pass1=res.pass1, evaluated_by=by, items=res.items))
+                                              pass1=res.pass1, evaluated_by=by, **elsewhere, items=res.items))
     return res
 
 # %% ../nbs/15_node.ipynb #0439ebc7

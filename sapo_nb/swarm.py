@@ -66,13 +66,14 @@ def pool_shortfall(cfgs:list) -> str|None:
 
 # %% ../nbs/16_swarm.ipynb #a773f407
 def run_inline(cfgs:list, log=print, build=None) -> dict:
-    "Run the nodes of `cfgs` in this process, one round each in turn. Returns {node_id: 'done' | error text}."
+    """Run the nodes of `cfgs` in this process, one round each in turn. Returns {node_id: 'done' | error text}. The
+    process's peak memory restarts here (`models.reset_peak_memory`), so the rows record this swarm's."""
     from sapo_nb.node import SwarmNode
     from sapo_nb.transport import open_transport
     from sapo_nb.models import reset_peak_memory, resolve_device
     shared = open_transport(cfgs[0]) if cfgs[0].transport == "memory" else None
     write_swarm_config(cfgs)
-    reset_peak_memory(resolve_device(cfgs[0].device))  # its rows record this swarm's peak, not an earlier one's
+    for device in {resolve_device(c.device) for c in cfgs}: reset_peak_memory(device)  # not an earlier swarm's
     if warning := pool_shortfall(cfgs): log(warning)
     nodes, result = {}, {}
     try: return _take_turns(cfgs, shared, nodes, result, log, build or SwarmNode)

@@ -4,7 +4,7 @@ several adapters, evaluation, checkpoint and resume, and a two-node swarm, all o
 Every test needs a CUDA GPU and is skipped, with the reason, where there is none (`bench/gpu_check.sh` runs them on a
 lent GPU). Where a CPU result is the reference, both sides compute in float32, so they agree to rounding.
 """
-import os
+import math, os
 
 import pytest
 import torch
@@ -57,7 +57,7 @@ def test_a_card_without_bfloat16_trains_in_float32_and_says_so(monkeypatch, tmp_
     try:
         assert node.policy.compute_dtype == torch.float32
         row = node.run_round(0)
-        assert row["tokens_generated"] > 0 and row["loss"] == row["loss"]  # a finite loss, not NaN
+        assert row["tokens_generated"] > 0 and (row["loss"] is None or math.isfinite(row["loss"]))  # no NaN
     finally: node.close()
 
 
