@@ -11,10 +11,9 @@ from .decoding import (InverseCDFSampler, SampledLogprobs, decode_completions, d
                               sampling_processors, supports_decode_loop, token_picker)
 
 # %% auto #0
-__all__ = ['BACKENDS', 'CACHE_BUCKET', 'STATIC_CACHE', 'KEEPS_DYNAMIC', 'Completions', 'generate_completions', 'eos_ids',
-           'encode_prompts', 'completions_from_ids', 'sampling_config', 'generate_ids', 'sample_with_generate',
-           'row_uniforms', 'choose_backend', 'static_cache_config', 'static_cache_problem', 'static_cache_works',
-           'uses_static_cache']
+__all__ = ['BACKENDS', 'STATIC_CACHE', 'KEEPS_DYNAMIC', 'Completions', 'generate_completions', 'eos_ids', 'encode_prompts',
+           'completions_from_ids', 'sampling_config', 'generate_ids', 'sample_with_generate', 'row_uniforms',
+           'choose_backend', 'static_cache_config', 'static_cache_problem', 'static_cache_works', 'uses_static_cache']
 
 # %% ../nbs/07_generation.ipynb #a2f6ee58
 def _torch():
@@ -215,7 +214,7 @@ def choose_backend(model, backend:str="auto") -> str:
     return "generate"
 
 # %% ../nbs/07_generation.ipynb #fc5c857c
-CACHE_BUCKET = 128  # a static cache's positions are rounded up to a multiple of this
+from .models import CACHE_BUCKET  # a static cache's positions are rounded up to a multiple of this
 STATIC_CACHE = "decoding through a static cache"  # the check's name, as its warning says it
 KEEPS_DYNAMIC = "sampling keeps the dynamic cache"  # what sampling does instead
 

