@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name
-from .core import experiment_dir, metrics_path, read_jsonl, atomic_write, provenance
+from .core import experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance
+from .durability import checkpoint_rounds
 from .swarm import node_configs, run_inline, parse_override
 from .node import save_model
 
 # %% auto #0
-__all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done', 'run_complete', 'PlanCommitError', 'run_plan',
-           'add_experiment_args', 'experiment_main']
+__all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done', 'resume_from', 'run_complete', 'PlanCommitError',
+           'run_plan', 'add_experiment_args', 'experiment_main']
 
 # %% ../nbs/20_experiments.ipynb #b3f04830
 _IJ = lambda i, j: {f"{i}-{j}": dict(local_questions=i, external_questions=j)}
@@ -175,6 +176,12 @@ def rounds_done(cfgs:list) -> dict:
     return {c.node_id: len({r.get("round") for r in read_jsonl(metrics_path(c))} & set(range(c.rounds)))
             for c in cfgs}
 
+# %% ../nbs/20_experiments.ipynb #a0bbcb2b
+def resume_from(cfgs:list) -> dict:
+    """Node id -> the round a resumed node goes on from: the one after its newest complete checkpoint, 0 without one
+    (the rounds it logged after that checkpoint run again)."""
+    return {c.node_id: max(checkpoint_rounds(checkpoint_dir(c)), default=-1) + 1 for c in cfgs}
+
 # %% ../nbs/20_experiments.ipynb #9d0243d4
 def run_complete(cfgs:list) -> bool:
     "Whether every node of the run logged every round."
@@ -233,7 +240,11 @@ def _run_one(run:dict, tag:str, keep_checkpoints:bool, log) -> tuple:
     cfgs = run["cfgs"]
     done = rounds_done(cfgs)
     if any(done.values()):
-        log(f"{tag}: resuming (rounds logged per node: {', '.join(map(str, done.values()))} of {cfgs[0].rounds})")
+        start, every = resume_from(cfgs), cfgs[0].checkpoint_every
+        where = (f"from round {', '.join(map(str, start.values()))}, after the newest checkpoint" if any(start.values())
+                 else f"from round 0: no checkpoint yet (one every {every} round{'s' if every != 1 else ''})")
+        log(f"{tag}: resuming (rounds logged per node: {', '.join(map(str, done.values()))} of {cfgs[0].rounds}; "
+            f"going on {where})")
     try: result = run_inline(cfgs, log=log)
     except KeyboardInterrupt: raise
     except Exception as e: return "failed", f"{type(e).__name__}: {e}"
