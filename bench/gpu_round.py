@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sapo_nb.models import SMOLLM2_CONFIG  # noqa: E402  (light: no torch)
+from sapo_nb.models import SMOLLM2_CONFIG, reset_peak_memory  # noqa: E402  (light: no torch)
 
 SHAPES = dict(
     smollm2=dict(SMOLLM2_CONFIG, architectures=["LlamaForCausalLM"], max_position_embeddings=8192),
@@ -101,11 +101,9 @@ class Memory:
         import torch
         gc.collect()
         if self.device.startswith("cuda"):
-            torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-        else:
-            Path("/proc/self/clear_refs").write_text("5")  # resets the peak RSS (VmHWM) to the current RSS
-            self.base = self._rss()
+            torch.cuda.synchronize(); torch.cuda.empty_cache()
+        reset_peak_memory(self.device)  # the peak restarts from what the process holds now
+        self.base = torch.cuda.memory_allocated() if self.device.startswith("cuda") else self._rss()
         return self
 
     def peak(self) -> int:

