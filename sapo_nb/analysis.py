@@ -886,16 +886,22 @@ def fig_cumulative(
 def fig_phase_times(
     df:pd.DataFrame, # from `load_runs`
 ):
-    "Stacked bars of the mean seconds per round spent in each phase, per configuration."
+    """Stacked bars of the mean seconds per round spent in each phase, per configuration. A phase recorded below
+    zero was not spent (older versions subtracted a shared base evaluation a node had not run): it counts as missing,
+    and the title says how many."""
     import plotly.graph_objects as go
     order = config_order(df)
     cols = [f"seconds_{p}" for p in PHASES if df[f"seconds_{p}"].notna().any()]
-    mean = df.groupby("config")[[*cols, "seconds_total"]].mean().reindex(order)
+    phases = df[["config", *cols, "seconds_total"]].copy()
+    below = phases[cols] < 0
+    phases[cols] = phases[cols].mask(below)
+    mean = phases.groupby("config").mean().reindex(order)
     mean["seconds_other"] = (mean.seconds_total - mean[cols].sum(axis=1)).clip(lower=0)
     if (mean.seconds_other > 0.01 * mean.seconds_total).any(): cols.append("seconds_other")
     fig = go.Figure([go.Bar(x=[str(c) for c in order], y=mean[c], name=c.removeprefix("seconds_"),
                             hovertemplate=f"{c.removeprefix('seconds_')}: %{{y:.2f}} s<extra></extra>") for c in cols])
-    fig.update_layout(barmode="stack", title="Mean seconds per round, by phase", template="plotly_white",
+    note = f" (phase times below zero left out: {int(below.to_numpy().sum())})" if below.to_numpy().any() else ""
+    fig.update_layout(barmode="stack", title="Mean seconds per round, by phase" + note, template="plotly_white",
                       xaxis_title="configuration", yaxis_title="seconds")
     return fig
 
