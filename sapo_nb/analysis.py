@@ -425,7 +425,8 @@ SUMMARY_COLUMNS = ("config", "I", "J", "seeds", "seed_list", "nodes", "rounds", 
                    "final_pass1_sd", "area_pass1", "area_pass1_sd", "reward_local_sum", "reward_local_sum_sd",
                    "paper_metric", "paper_vs_baseline_pct", "train_vs_local_pct", "artefact_pct", "train_minus_local",
                    "selection_gap", "beyond_selection", "base_rate", "effective_J", "effective_J_low",
-                   "effective_J_high", "topped_up", "batch_groups", "commits", "dirty", "cpu", "device", "provenance")
+                   "effective_J_high", "topped_up", "batch_groups", "spread_groups", "idle_rounds", "commits", "dirty",
+                   "cpu", "device", "provenance")
 
 # %% ../nbs/19_analysis.ipynb #dd37b8a2
 def _over_seeds(df:pd.DataFrame, metric:str, summary:str) -> tuple:
@@ -488,6 +489,9 @@ def config_summary(
     t["base_rate"] = base_rate(df)
     t = t.join(_effective_j(df))
     t["batch_groups"] = (df.I + df.pool_selected).groupby(df.config).mean()
+    if "frac_zero_std" in df.columns:  # the groups of a batch whose rewards were not all equal
+        t["spread_groups"] = ((df.I + df.pool_selected) * (1 - df.frac_zero_std)).groupby(df.config).mean()
+    if "tokens_trained" in df.columns: t["idle_rounds"] = df.tokens_trained.eq(0).groupby(df.config).mean()
     t = t.join(provenance_summary(df))
     return t.reset_index().reindex(columns=list(SUMMARY_COLUMNS))
 
@@ -644,7 +648,10 @@ def findings(
                          f"(J = {c.J[a]:.0f}"
                          + ("" if pd.isna(c.effective_J_low[a]) else f"; {100 * (1 - alpha):g}% CI over seeds "
                             f"[{c.effective_J_low[a]:.2f}, {c.effective_J_high[a]:.2f}]")
-                         + f"), {c.batch_groups[a]:.2f} groups in all, against {c.batch_groups[b]:.2f} for {b}.")
+                         + f"), {c.batch_groups[a]:.2f} groups in all, against {c.batch_groups[b]:.2f} for {b}"
+                         + ("." if pd.isna(c.spread_groups[a]) or pd.isna(c.spread_groups[b]) else
+                            f"; {c.spread_groups[a]:.2f} of them with spread (the groups with a gradient), "
+                            f"against {c.spread_groups[b]:.2f}."))
         prov = s.provenance.iloc[0] if "provenance" in s.columns else ""
         out.append(f"**{a} against {b}, paired by seed** (one number per swarm run{'; ' + prov if prov else ''}):\n\n"
                    + "\n".join(lines))
@@ -1074,7 +1081,9 @@ _HEADLINE_NOTE = (
     "<b>artefact_pct</b>, the rise nodes that never learn would show along the runs' success rates with the "
     "measured difficulty spread; in reward units <b>train_minus_local</b> = <b>selection_gap</b> + "
     "<b>beyond_selection</b>. <b>effective_J</b>: mean external groups trained on per node-round, with its "
-    "95% t interval over seeds; <b>batch_groups</b>: mean I + effective J. <b>commits</b>, <b>dirty</b>, "
+    "95% t interval over seeds; <b>batch_groups</b>: mean I + effective J; <b>spread_groups</b>: of those, the "
+    "groups whose rewards were not all equal (the only ones with a gradient); <b>idle_rounds</b>: share of "
+    "node-rounds that trained no token. <b>commits</b>, <b>dirty</b>, "
     "<b>cpu</b>, <b>device</b>: what ran the runs; <b>provenance</b>: unrecorded where the runs wrote "
     "none.")
 
