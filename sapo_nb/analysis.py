@@ -20,11 +20,11 @@ __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS'
            'PEER_REPORT_RUNS', 'synthetic_runs', 'find_runs', 'config_label', 'run_provenance', 'run_info', 'load_runs',
            'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'node_cumulative',
            'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_along_runs',
-           'seed_comparison', 'provenance_summary', 'config_summary', 'plan_progress', 'metric_units', 'seed_table',
-           'findings', 'load_eval_items', 'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round',
-           'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times',
-           'adaptive_nodes', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary',
-           'write_report']
+           'seed_comparison', 'provenance_summary', 'config_summary', 'arm_table', 'plan_progress', 'metric_units',
+           'seed_table', 'findings', 'load_eval_items', 'per_item_comparison', 'plan_verdict', 'effective_window',
+           'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative',
+           'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
+           'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/19_analysis.ipynb #5294e113
 def synthetic_runs(
@@ -494,6 +494,40 @@ def config_summary(
     if "tokens_trained" in df.columns: t["idle_rounds"] = df.tokens_trained.eq(0).groupby(df.config).mean()
     t = t.join(provenance_summary(df))
     return t.reset_index().reindex(columns=list(SUMMARY_COLUMNS))
+
+# %% ../nbs/19_analysis.ipynb #ec7a37b7
+def arm_table(
+    cs:pd.DataFrame, # from `config_summary`
+    baseline:str|None=None, # the configuration `cs` was computed against; None: its first with J=0
+) -> pd.DataFrame:
+    "`config_summary` as a page prints it: per configuration, means ± the SD between seeds, intervals in brackets."
+    if cs.empty: return pd.DataFrame()
+    zero = cs.config[cs.J == 0]
+    base = baseline or (zero.iloc[0] if len(zero) else cs.config.iloc[0])
+    def pm(m, sd=np.nan, f="{:.3f}"):
+        return "–" if pd.isna(m) else f.format(m) + ("" if pd.isna(sd) else f" ± {f.format(sd)}")
+    def pct(v): return "–" if pd.isna(v) else f"{v:+.1f}%"
+    def ci(m, lo, hi):
+        return "–" if pd.isna(m) else f"{m:.2f}" + ("" if pd.isna(lo) or lo == hi else f" [{lo:.2f}, {hi:.2f}]")
+    return pd.DataFrame({
+        "configuration": cs.config, "seeds": cs.seed_list,
+        "held-out pass@1, base": [pm(v) for v in cs.base_pass1],
+        "final": [pm(m, sd) for m, sd in zip(cs.final_pass1, cs.final_pass1_sd)],
+        "area": [pm(m, sd) for m, sd in zip(cs.area_pass1, cs.area_pass1_sd)],
+        "cumulative reward_local": [pm(m, sd, "{:.1f}") for m, sd in zip(cs.reward_local_sum, cs.reward_local_sum_sd)],
+        f"the paper's metric (vs {base}, paired by seed)": [
+            pm(m, f="{:.1f}") + ("" if pd.isna(v) or c == base else f" ({pct(v)})")
+            for c, m, v in zip(cs.config, cs.paper_metric, cs.paper_vs_baseline_pct)],
+        "Σ train − Σ local, % of Σ local": [pct(v) for v in cs.train_vs_local_pct],
+        "of which no-learning artefact": [pct(v) for v in cs.artefact_pct],
+        "effective J [95% CI]": [ci(m, lo, hi)
+                                 for m, lo, hi in zip(cs.effective_J, cs.effective_J_low, cs.effective_J_high)],
+        "of which topped up": [pm(v, f="{:.2f}") for v in cs.topped_up],
+        "batch trained (groups)": [pm(v, f="{:.2f}") for v in cs.batch_groups],
+        "of which with spread": [pm(v, f="{:.2f}") for v in cs.spread_groups],
+        "rounds that trained nothing": [pm(100 * v, f="{:.0f}%") for v in cs.idle_rounds],
+        "provenance": cs.provenance,
+    }).set_index("configuration")
 
 # %% ../nbs/19_analysis.ipynb #c0a6f5f0
 def plan_progress(
