@@ -488,9 +488,10 @@ def config_summary(
     t = t.join(artefact_along_runs(df, window).set_index("config").drop(columns=["runs", "concentration"]))
     t["base_rate"] = base_rate(df)
     t = t.join(_effective_j(df))
-    t["batch_groups"] = (df.I + df.pool_selected).groupby(df.config).mean()
+    batch = df.I + df.pool_selected  # groups a node trained on, per node-round
+    t["batch_groups"] = batch.groupby(df.config).mean()
     if "frac_zero_std" in df.columns:  # the groups of a batch whose rewards were not all equal
-        t["spread_groups"] = ((df.I + df.pool_selected) * (1 - df.frac_zero_std)).groupby(df.config).mean()
+        t["spread_groups"] = (batch * (1 - df.frac_zero_std)).groupby(df.config).mean()
     if "tokens_trained" in df.columns: t["idle_rounds"] = df.tokens_trained.eq(0).groupby(df.config).mean()
     t = t.join(provenance_summary(df))
     return t.reset_index().reindex(columns=list(SUMMARY_COLUMNS))
@@ -498,12 +499,10 @@ def config_summary(
 # %% ../nbs/19_analysis.ipynb #ec7a37b7
 def arm_table(
     cs:pd.DataFrame, # from `config_summary`
-    baseline:str|None=None, # the configuration `cs` was computed against; None: its first with J=0
+    base:str, # the configuration `cs` was computed against (`config_summary`'s baseline)
 ) -> pd.DataFrame:
     "`config_summary` as a page prints it: per configuration, means ± the SD between seeds, intervals in brackets."
     if cs.empty: return pd.DataFrame()
-    zero = cs.config[cs.J == 0]
-    base = baseline or (zero.iloc[0] if len(zero) else cs.config.iloc[0])
     def pm(m, sd=np.nan, f="{:.3f}"):
         return "–" if pd.isna(m) else f.format(m) + ("" if pd.isna(sd) else f" ± {f.format(sd)}")
     def pct(v): return "–" if pd.isna(v) else f"{v:+.1f}%"
