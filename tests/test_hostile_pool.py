@@ -375,7 +375,7 @@ def test_worst_case_collect_is_bounded(tmp_path):
         big = [dict(g, completions=["y" * 1100] * G, truncated=[True] * G) for g in groups(n_groups, G=G)]
         t.publish(0, f"big{i:03d}", big)
     assert max(p.stat().st_size for p in t.round_dir(0).iterdir()) <= 20_000
-    for i in range(50): os.mkfifo(t.round_dir(0) / f"fifo{i}.json"); os.symlink("/etc/passwd", t.round_dir(0) / f"ln{i}.json")
+    for i in range(50): os.mkfifo(named(t, 0, f"fifo{i}")); os.symlink("/etc/passwd", named(t, 0, f"ln{i}"))
     r = pool(tmp_path, **limits)
     read = []
     real = r._read_entry
@@ -388,6 +388,8 @@ def test_worst_case_collect_is_bounded(tmp_path):
     assert done and dt < 10
     assert sum(read) <= limits["max_bytes_per_round"]
     assert r.dropped["over_files"] == 100 and r.dropped["over_bytes"] > 0
+    # named like rollouts, the FIFOs and links reach the reader and are refused for what they are, never opened
+    assert r.rejects["not_regular"] > 0 and r.rejects["symlink"] > 0 and not r.rejects["legacy_id"]
 
 # ------------------------------------------------------------------ cache
 
