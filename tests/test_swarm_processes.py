@@ -1,5 +1,6 @@
 """Whole-process behaviour of the swarm: kill -9 and resume, a malicious peer, the `sapo` command line."""
 import json, os, signal, subprocess, sys, time
+from collections import Counter
 from pathlib import Path
 import pytest
 
@@ -53,15 +54,22 @@ def test_kill9_resume(tmp_path, kill_after):
     assert sorted(p.name for p in ck.glob("round_*")) == ["round_11"]  # one checkpoint per node
     assert all((p / "complete").exists() for p in ck.glob("round_*"))
 
+FP = "f" * 20  # a fingerprint's shape: each file is named like a real node's rollout, so its name stops none of them
+
 def plant_junk(pool, r):
-    "What a malicious peer writes into round r of the pool: random bytes, a 9 MB file, a traversal name, NaN rewards."
+    "What a malicious peer writes into round r of the pool: random bytes, a 9 MB file, a traversal name, a NaN."
     d = pool / f"round_{r}"; d.mkdir(parents=True, exist_ok=True)
-    (d / "junk.json").write_bytes(os.urandom(200))
-    (d / "huge.json").write_bytes(b'{"schema": 1, "pad": "' + b"x" * 9_000_000 + b'"}')
-    (d / "..evil.json").write_text("{}")
-    (d / "nan.json").write_text('{"schema": 1, "round": %d, "node_id": "nan", "model": "m", "created_at": 1.0, "G": 3, '
-                                '"groups": [{"question": "q", "answer": "1", "metadata": {}, '
-                                '"completions": ["a", "b", "c"], "rewards": [NaN, 0, 1]}]}' % r)
+    (d / f"junk.{FP}.json").write_bytes(b"\xff" + os.urandom(199))
+    (d / f"huge.{FP}.json").write_bytes(b'{"schema": 4, "pad": "' + b"x" * 9_000_000 + b'"}')
+    (d / f"up..evil.{FP}.json").write_text("{}")
+    (d / f"nan.{FP}.json").write_text('{"schema": 4, "round": %d, "G": NaN, "groups": []}' % r)
+
+def refusals(rows):
+    "Every reason a node's rows name for the files it refused, summed over its senders and rounds."
+    out = Counter()
+    for x in rows:
+        for account in (x.get("peers") or {}).values(): out.update(account["refused"])
+    return out
 
 def attack_while_running(proc, root, timeout):
     "Plant junk into every round of the pool as node-0 reaches it, until `proc` ends."
@@ -79,7 +87,8 @@ def test_malicious_peer(tmp_path):
     assert node.returncode == 0, out
     rows = [json.loads(l) for l in (tmp_path / "sapo" / "logs" / "node-0" / "metrics.jsonl").read_text().splitlines()]
     assert [x["round"] for x in rows] == list(range(8))
-    assert rows[-1]["pool_rejected"] >= 3 and all(x["pool_selected"] == 0 for x in rows)
+    assert rows[-1]["pool_rejected"] >= 4 and all(x["pool_selected"] == 0 for x in rows)
+    assert {"bad_json", "too_large", "bad_node_id"} <= set(refusals(rows)) and not refusals(rows)["legacy_id"]
 
 def test_cli_swarm_and_status(tmp_path):
     "`sapo swarm --model tiny --nodes 2 --rounds 3 --root DIR`: seconds, one row per node per round, status reads it."
@@ -161,5 +170,6 @@ def test_lora_swarm_survives_malicious_peer(tmp_path):
     for n in ("node-0", "node-1", "node-2", "node-3"):
         rows = [json.loads(l) for l in (tmp_path / "sapo" / "logs" / n / "metrics.jsonl").read_text().splitlines()]
         assert [x["round"] for x in rows] == list(range(8))
-        assert rows[-1]["pool_rejected"] >= 3  # the junk was seen and refused
+        assert rows[-1]["pool_rejected"] >= 4  # the junk was seen and refused, each file for what it holds
+        assert {"bad_json", "too_large", "bad_node_id"} <= set(refusals(rows)) and not refusals(rows)["legacy_id"]
         assert sum(x["pool_selected"] for x in rows) > 0  # while the honest peers' groups were used
