@@ -83,11 +83,13 @@ def test_linked_checkpoint_folder_neither_resumed_nor_deleted(tmp_path):
     donor = tiny(tmp_path / "donor"); d = node(donor); d.run()  # a real checkpoint, in the other run's folder
     os.rename(checkpoint_dir(donor), other / "checkpoints" / "node-1")
     before = snapshot(other)
-    cfg = tiny(tmp_path / "root", experiment="exp")
+    # more rounds than the donor ran: a node that followed the link would train on, save its next checkpoints there
+    # and delete the donor's (one kept)
+    cfg = tiny(tmp_path / "root", experiment="exp", rounds=5)
     checkpoint_dir(cfg).parent.mkdir(parents=True); checkpoint_dir(cfg).symlink_to(other / "checkpoints" / "node-1")
     n = node(cfg)
     with pytest.raises(UnsafePath, match="is a link"): n.run()
-    assert snapshot(other) == before
+    assert snapshot(other) == before and not metrics_path(cfg).exists()
 
 
 def test_pool_root_holds_only_the_pool(tmp_path):
@@ -200,9 +202,9 @@ def test_planted_folders_crash_no_reader(tmp_path):
     assert cli("status", "--root", str(root), "--experiment", "exp")[0] == 0
     assert cli("clean", "--root", str(root), "--experiment", "exp")[0] == 0
     assert read_pid_file(trust_root(root) / "exp") == {}
-    if __import__("importlib").util.find_spec("ipywidgets"):
-        from sapo_nb.panel import SwarmPanel
-        p = SwarmPanel(root=str(root), experiment="exp", interval=None); p.refresh(); p.attach(); p.stop()
+    from sapo_nb.panel import SwarmPanel  # ipywidgets is a dependency: the panel is always there to check
+    p = SwarmPanel(root=str(root), experiment="exp", interval=None); p.refresh(); p.attach()
+    assert p.stop() == {} and "no node of this panel is running" in p.message.value
 
 
 def test_planted_folders_stop_the_node_with_a_message(tmp_path):

@@ -32,6 +32,8 @@ def trained(tmp_path):
     assert any(v.abs().sum() > 0 for k, v in n.policy.state_dict().items() if "lora_B" in k)  # it trained
     answers = greedy(n.policy.sampler(), n.policy.tokenizer)
     n.close()
+    base = load_policy("tiny", device="cpu")
+    assert greedy(base.model, base.tokenizer) != answers  # so an export that lost the training cannot pass as the node
     return cfg, answers
 
 

@@ -29,6 +29,7 @@ KEY = load_key("node-1", KEYS)
 PUB = public_key_hex(KEY)
 NODE1 = "node-1." + hashlib.sha256(bytes.fromhex(PUB)).hexdigest()[:20]  # stated independently of identity.wire_id
 assert NODE1 == wire_id("node-1", PUB)
+SWARM = "5" * 32  # the pools below are given this swarm id, so a valid rollout signed for it can get through
 
 # ---------------------------------------------------------------- independent statement of what is valid
 
@@ -116,7 +117,7 @@ def near_valid_rollouts(draw):
 
     obj = {
         "schema": draw(maybe(st.just(SCHEMA_VERSION), st.sampled_from([0, 1, 2, 3, "4", True, 4.0, None]))),
-        "swarm": "",
+        "swarm": draw(maybe(st.just(SWARM), st.sampled_from(["", "0" * 32]), 0.1)),
         "experiment": draw(maybe(st.just("fz"), st.one_of(node_ids, any_json))),
         "round": draw(maybe(st.just(3), st.one_of(st.integers(-1, 5), any_json))),
         "node_id": draw(maybe(st.just(NODE1), st.one_of(node_ids, st.just(f"node-1.{'0' * 20}")), 0.1)),  # a wrong fingerprint
@@ -140,7 +141,7 @@ def valid_rollouts(draw):
         "question": st.text(min_size=1, max_size=30),
         "completions": st.lists(st.text(min_size=1, max_size=40), min_size=G, max_size=G),
         "truncated": st.lists(st.booleans(), min_size=G, max_size=G)}), max_size=5))
-    return sign_rollout(make_rollout(3, NODE1, groups, G=G, model=draw(st.text(max_size=8)), created_at=1.5, experiment="fz"), KEY)
+    return sign_rollout(make_rollout(3, NODE1, groups, G=G, model=draw(st.text(max_size=8)), created_at=1.5, experiment="fz", swarm=SWARM), KEY)
 
 
 def dumps(obj):
@@ -211,11 +212,38 @@ payloads = st.one_of(st.binary(max_size=200), any_json.map(dumps), near_valid_ro
                      valid_rollouts().map(encode_rollout))
 
 
+def folder_pool(root):
+    "A folder pool whose swarm id is SWARM."
+    (Path(root) / "fz").mkdir(parents=True, exist_ok=True); (Path(root) / "fz" / "swarm_id").write_text(SWARM + "\n")
+    t = FolderTransport(root, "fz", limits=LIMITS, key_dir=KEYS)
+    assert t.swarm == SWARM
+    return t
+
+
+def a_valid_rollout(n_groups=3):
+    "A signed rollout of NODE1 for round 3 of SWARM's pool, as the strategies would draw one."
+    groups = [dict(task="basic_arithmetic", item=dict(component=0, seed=7, index=i), question=f"q{i}",
+                   completions=["a", "b"], truncated=[False, True]) for i in range(n_groups)]
+    return sign_rollout(make_rollout(3, NODE1, groups, G=2, created_at=1.5, experiment="fz", swarm=SWARM), KEY)
+
+
+def test_transports_accept_a_valid_rollout_whole_and_exclude_its_sender():
+    "Guard against a vacuous reader fuzz: through each transport a valid rollout gets in whole, and `exclude` works."
+    obj = a_valid_rollout()
+    with tempfile.TemporaryDirectory() as root:
+        t = folder_pool(root)
+        d = t.round_dir(3); d.mkdir()
+        (d / f"{NODE1}.json").write_bytes(encode_rollout(obj))
+        assert [g.wire() for g in t.collect(3)] == obj["groups"] and t.collect(3, exclude=NODE1) == []
+    m = MemoryTransport({3: {NODE1: encode_rollout(obj)}, "swarm": SWARM}, limits=LIMITS, experiment="fz", key_dir=KEYS)
+    assert [g.wire() for g in m.collect(3)] == obj["groups"] and m.collect(3, exclude=NODE1) == []
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(file_names, payloads, max_size=6))
 def test_folder_reader(files):
     with tempfile.TemporaryDirectory() as root:
-        t = FolderTransport(root, "fz", limits=LIMITS, key_dir=KEYS)
+        t = folder_pool(root)
         d = t.round_dir(3); d.mkdir()
         for name, data in files.items():
             try: (d / name).write_bytes(data)
@@ -233,7 +261,7 @@ def test_folder_reader(files):
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(node_ids, st.one_of(payloads, any_json), max_size=6))
 def test_memory_reader(entries):
-    t = MemoryTransport({3: dict(entries)}, limits=LIMITS, experiment="fz", key_dir=KEYS)
+    t = MemoryTransport({3: dict(entries), "swarm": SWARM}, limits=LIMITS, experiment="fz", key_dir=KEYS)
     got = t.collect(3)
     for node in {g.node_id for g in got}:
         assert node == NODE1 and isinstance(entries[node], bytes)
