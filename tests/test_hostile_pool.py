@@ -105,6 +105,56 @@ def test_device_file_is_not_opened(tmp_path):
     assert r.rejects == Counter(not_regular=1)
 
 
+def test_non_regular_entries_are_never_opened(tmp_path, monkeypatch):
+    "FIFOs, folders and links are refused from the listing: only regular files ever reach the open (`read_regular`)."
+    import sapo_nb.transport as transport
+    t = pool(tmp_path); t.publish(0, "honest", groups())
+    os.mkfifo(named(t, 0, "fifo")); named(t, 0, "dir").mkdir(); os.symlink("/etc/passwd", named(t, 0, "link"))
+    r, opened, real = pool(tmp_path), [], transport.read_regular
+    monkeypatch.setattr(transport, "read_regular", lambda name, *a, **kw: (opened.append(name), real(name, *a, **kw))[1])
+    got = r.collect(0)
+    assert opened == [f"{wid('honest')}.json"] and {g.node_id for g in got} == {wid("honest")}
+    assert r.rejects == Counter(not_regular=2, symlink=1)
+
+
+def test_file_swapped_for_link_after_listing_is_not_followed(tmp_path):
+    "A rollout replaced by a link after the listing said 'regular file': the open refuses the link (O_NOFOLLOW)."
+    t = pool(tmp_path); t.publish(0, "honest", groups()); t.publish(0, "swapped", groups())
+    outside = tmp_path / "outside"; outside.mkdir()
+    (outside / "leak.json").write_bytes(t.encode(0, "swapped", groups(tag="SECRET")))
+
+    class Swapper(FolderTransport):
+        def _entries(self, round):
+            rows = super()._entries(round)
+            p = self.round_dir(round) / f"{wid('swapped')}.json"
+            p.unlink(); os.symlink(outside / "leak.json", p)
+            return rows
+
+    r = Swapper(tmp_path / "pool", "exp")
+    got = r.collect(0)
+    assert {g.node_id for g in got} == {wid("honest")} and all("SECRET" not in g.question for g in got)
+    assert r.rejects == Counter(symlink=1)
+
+
+def test_file_grown_after_listing_is_held_to_its_share(tmp_path):
+    "A rollout rewritten larger after the listing: the bytes actually read are held to the sender's share of the cap."
+    t = pool(tmp_path); t.publish(0, "honest", groups()); t.publish(0, "grower", groups())
+    size = (t.round_dir(0) / f"{wid('grower')}.json").stat().st_size
+    big = t.encode(0, "grower", groups(n=12, tag="BIG"))
+    assert len(big) > 3 * size  # over any share of the cap below, while its listed size is under
+
+    class Grower(FolderTransport):
+        def _entries(self, round):
+            rows = super()._entries(round)
+            (self.round_dir(round) / f"{wid('grower')}.json").write_bytes(big)  # after its size was listed
+            return rows
+
+    r = Grower(tmp_path / "pool", "exp", limits=PoolLimits(max_bytes_per_round=2 * size + 100))
+    got = r.collect(0)
+    assert {g.node_id for g in got} == {wid("honest")} and all("BIG" not in g.question for g in got)
+    assert r.dropped["over_bytes"] == 1
+
+
 def test_symlinked_round_folder_is_skipped(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups())
     elsewhere = tmp_path / "elsewhere"; elsewhere.mkdir()
@@ -122,6 +172,12 @@ def test_cleanup_never_deletes_through_symlinked_round(tmp_path):
     victim = tmp_path / "victim"; victim.mkdir(); (victim / f"{wid('honest')}.json").write_text("precious")
     os.symlink(victim, t.round_dir(1))
     t.cleanup(2, node_id="honest", current_round=5)
+    assert (victim / f"{wid('honest')}.json").read_text() == "precious"
+
+    class Lister(FolderTransport):  # a listing that named the link as a round: the folder is still not entered
+        def _rounds(self): return sorted({*super()._rounds(), 1})
+
+    Lister(tmp_path / "pool", "exp").cleanup(2, node_id="honest", current_round=5)
     assert (victim / f"{wid('honest')}.json").read_text() == "precious"
 
 
@@ -377,16 +433,17 @@ def test_worst_case_collect_is_bounded(tmp_path):
     assert max(p.stat().st_size for p in t.round_dir(0).iterdir()) <= 20_000
     for i in range(50): os.mkfifo(named(t, 0, f"fifo{i}")); os.symlink("/etc/passwd", named(t, 0, f"ln{i}"))
     r = pool(tmp_path, **limits)
-    read = []
+    read, calls = [], []
     real = r._read_entry
     def counting(round, e, budget):
+        calls.append(e.key)
         got = real(round, e, budget)
         if got: read.append(got[0])
         return got
     r._read_entry = counting
     t0 = time.perf_counter(); done, got = in_thread(lambda: r.collect(0), timeout=20); dt = time.perf_counter() - t0
     assert done and dt < 10
-    assert sum(read) <= limits["max_bytes_per_round"]
+    assert sum(read) <= limits["max_bytes_per_round"] and len(calls) <= limits["max_files_per_round"]
     assert r.dropped["over_files"] == 100 and r.dropped["over_bytes"] > 0
     # named like rollouts, the FIFOs and links reach the reader and are refused for what they are, never opened
     assert r.rejects["not_regular"] > 0 and r.rejects["symlink"] > 0 and not r.rejects["legacy_id"]

@@ -6,7 +6,7 @@ memory explode, answers that copy the question back. The worker tests use the do
 `ScoringWorker.score_batch`: any picklable `reward_fn(entry, completions)` stands in for a checker, here the
 module-level functions below (a spawned worker imports this module to run them).
 """
-import math, os, time
+import math, os, signal, time
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -21,6 +21,13 @@ from sapo_nb.tasks import MIXES, TaskStream
 def honest_or_hangs(entry, completions):
     "Pays 1 per completion, unless the entry says hang: then it never returns."
     if entry.get("hang"): time.sleep(600)
+    return [1.0] * len(completions)
+
+def honest_or_deaf_hang(entry, completions):
+    "Pays 1 per completion, unless the entry says hang: then it ignores the worker's own timer and never returns."
+    if entry.get("hang"):
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        time.sleep(600)
     return [1.0] * len(completions)
 
 def honest_or_crashes(entry, completions):
@@ -140,6 +147,18 @@ def test_propositional_lowercase_variable_blowup(logic_items):
     assert rewards == [[0.0]] * 3
 
 
+def test_propositional_answer_over_names_of_its_own_scores_zero(logic_items):
+    """An answer over names the item never uses, inside the size limits (15 fresh names, 14 connectives), pays nothing,
+    in milliseconds: ReasoningGym's checker pays some such answers and builds its truth table over every name."""
+    fresh = " ∨ ".join("abcdefghijklmno")
+    assert len(fresh.replace(" ", "")) <= 48 and fresh.count("∨") <= 16  # so only the name rule can stop it
+    assert not any(set("abcdefghijklmno") & set(" ".join(e["metadata"]["premises"])) for e in logic_items[:3])
+    t0 = time.perf_counter()
+    rewards = [score_completions(e, [f"<answer>{fresh}</answer>"], partial_credit=True) for e in logic_items[:3]]
+    assert time.perf_counter() - t0 < 0.5
+    assert rewards == [[0.0]] * 3
+
+
 def test_propositional_premise_repetition_scores_zero(logic_items):
     "Every premise follows from the premises: copying one back (or several, respaced, rebracketed) pays nothing."
     for e in logic_items:
@@ -154,13 +173,25 @@ def test_propositional_premise_repetition_scores_zero(logic_items):
 # --- the worker's bounds ------------------------------------------------------------------------------------------------------
 def test_hanging_checker_is_cut_off(worker):
     "A checker that never returns costs its own group one timeout; the groups around it keep their scores."
+    assert worker.score_batch(honest_or_hangs, [({}, ["x"])]) == [[1.0]]  # the worker is up
     before = counts(worker)
     t0 = time.perf_counter()
     out = worker.score_batch(honest_or_hangs, [({}, ["a", "b"]), ({"hang": True}, ["c"]), ({}, ["d"])])
     assert out == [[1.0, 1.0], [0.0], [1.0]]
     assert time.perf_counter() - t0 < 30
     assert counts(worker)[1] == before[1] + 1                     # one timeout
+    assert counts(worker)[0] == before[0]                         # cut by the worker's own timer: no restart
     assert worker.score_batch(honest_or_hangs, [({}, ["e"])]) == [[1.0]]
+
+
+def test_checker_deaf_to_the_workers_timer_is_killed(worker):
+    "A checker that switches the worker's timer off and hangs: the node's deadline kills the worker; the rest is scored."
+    before = counts(worker)
+    t0 = time.perf_counter()
+    out = worker.score_batch(honest_or_deaf_hang, [({}, ["a"]), ({"hang": True}, ["b"]), ({}, ["c"])])
+    assert out == [[1.0], [0.0], [1.0]] and time.perf_counter() - t0 < 30
+    after = counts(worker)
+    assert after[1] == before[1] + 1 and after[0] >= before[0] + 1  # one timeout, and a fresh worker for the rest
 
 
 def test_memory_eating_checker_is_cut_off(worker):
