@@ -8,6 +8,7 @@ import os, subprocess, sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from sapo_nb import models
 from sapo_nb.models import (EMBEDDED_MODEL, SMOLLM2_GGUF, ModelDownloadError, embedded_gguf, extract_gguf,
@@ -100,5 +101,11 @@ def test_a_trainer_never_steps_another_nodes_adapter():
                   prompt="What is 3 + 9?", node_id="n", round=0)
         b.activate()
         with pytest.raises(RuntimeError, match="another adapter of the shared base is active"): trainer.step([g])
-        a.activate(); assert trainer.step([g]).tokens_trained > 0
+        a.activate()
+        # both adapters sit on the one shared model (reading them through `b` would make b's the active one)
+        weights = lambda name: {k: v.detach().clone() for k, v in trainer.model.named_parameters() if f".{name}." in k}
+        a0, b0 = weights("adapter-a"), weights("adapter-b")
+        assert a0 and b0 and trainer.step([g]).tokens_trained > 0
+        assert any(not torch.equal(v, a0[k]) for k, v in weights("adapter-a").items())  # its own adapter moved
+        assert all(torch.equal(v, b0[k]) for k, v in weights("adapter-b").items())      # the other's did not
     finally: a.release(); b.release()

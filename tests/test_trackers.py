@@ -88,6 +88,9 @@ def test_tensorboard_values_read_back(tmp_path):
     assert tracker_dir(cfg) == tmp_path / "exp" / "tracker" / "node-0"
     want = {(k, r["round"]): v for r in rows() for k, v in flatten_row(r).items()}
     assert set(events) == set(want)
+    # stated by hand: every number, nested ones by path; not the round (the step), the time, text or None
+    assert {k for k, _ in events} == {"I", "J", "loss", "reward_local", "seconds/generate", "seconds/total", "eval_pass1",
+                                      "eval_by_task/bf"}
     for key, v in want.items():
         assert events[key][0] == pytest.approx(v, rel=1e-6), key
     assert events[("seconds/generate", 2)][0] == 3.5 and events[("eval_by_task/bf", 2)][0] == 0.25
