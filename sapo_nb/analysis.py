@@ -21,9 +21,9 @@ __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS'
            'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'node_cumulative',
            'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_along_runs',
            'seed_comparison', 'provenance_summary', 'config_summary', 'arm_table', 'plan_progress', 'metric_units',
-           'seed_table', 'findings', 'load_eval_items', 'per_item_comparison', 'plan_verdict', 'effective_window',
-           'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average', 'fig_cumulative',
-           'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
+           'seed_table', 'findings', 'load_eval_items', 'per_item_comparison', 'complete_runs', 'plan_verdict',
+           'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average',
+           'fig_cumulative', 'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
            'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/19_analysis.ipynb #5294e113
@@ -745,6 +745,16 @@ def per_item_comparison(
 # the decisive plan's looks: (pairs, two-sided p boundary), O'Brien-Fleming type
 PLAN_LOOKS = ((12, 0.005), (24, 0.048))
 
+# %% ../nbs/19_analysis.ipynb #ef1d56dc
+def complete_runs(df:pd.DataFrame, # tidy metrics (`load_runs`)
+                 ) -> pd.DataFrame: # the rows of the runs that went all the way
+    "The rows of runs in which every node (as many as any run has) reached the last round any run reached."
+    if df.empty: return df
+    by_node = df.groupby(["run", "node_id"])["round"].max()
+    last, nodes = by_node.groupby("run").min(), by_node.groupby("run").size()
+    whole = last[(last == by_node.max()) & (nodes == nodes.max())].index
+    return df[df.run.isin(whole)]
+
 # %% ../nbs/19_analysis.ipynb #97f32b44
 def plan_verdict(
     df:pd.DataFrame, # tidy metrics (`load_runs`)
@@ -757,6 +767,7 @@ def plan_verdict(
     mixed_commits:bool=False, # see `paired_by_seed`
 ) -> dict: # look, pairs, boundary, verdict, sentence, and `compare_by_seed`'s result at that look
     "The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed."
+    df = complete_runs(df)
     both = len(df) and {a, b} <= set(df.config)  # a plan's first runs hold one configuration only
     have = set(paired_by_seed(df, metric, a, b, summary, mixed_commits).seed) if both else set()
     done = [(k, n, p) for k, (n, p) in enumerate(looks) if set(range(n)) <= have]
