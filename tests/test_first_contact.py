@@ -48,8 +48,8 @@ def test_node_keeps_one_checkpoint(tmp_path):
 
 def test_resume_after_keep_one_is_exact(tmp_path):
     """With one checkpoint kept, a node stopped after round 2 and resumed goes on as one that never stopped: the same
-    rows, rewards and losses, and the same weights to float32 rounding. (Bit for bit but for the tied embedding, whose
-    first Adam step after the restore differs in its last bits: 4e-9 here.)"""
+    rows, rewards and losses, and the same weights to float32 rounding: bit for bit with float32 arithmetic; under
+    bfloat16 autocast the tied embedding's first gradient after the restore differs in its last bits (4e-9 here)."""
     def run_learning(cfg):  # a reward with spread (odd lengths earn 1), so that rounds train and weights move
         n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
         n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
