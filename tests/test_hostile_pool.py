@@ -74,17 +74,19 @@ def test_symlinked_rollout_is_never_followed(tmp_path):
     assert r.rejects == Counter(symlink=2)
 
 
+def changed_after_listing(tmp_path, alias, change, **kw):
+    "A reader of the test pool that calls `change(path)` on `alias`'s rollout after listing a round, before reading it."
+    class Reader(FolderTransport):
+        def _entries(self, round):
+            rows = super()._entries(round)  # the lstat has said "regular file" of a given size
+            change(self.round_dir(round) / f"{wid(alias)}.json")
+            return rows
+    return Reader(tmp_path / "pool", "exp", **kw)
+
+
 def test_file_swapped_for_fifo_after_listing_does_not_hang(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups()); t.publish(0, "swapped", groups())
-
-    class Swapper(FolderTransport):
-        def _entries(self, round):
-            rows = super()._entries(round)
-            p = self.round_dir(round) / f"{wid('swapped')}.json"
-            p.unlink(); os.mkfifo(p)  # after the lstat said "regular file"
-            return rows
-
-    r = Swapper(tmp_path / "pool", "exp")
+    r = changed_after_listing(tmp_path, "swapped", lambda p: (p.unlink(), os.mkfifo(p)))
     done, got = in_thread(lambda: r.collect(0))
     assert done
     assert {g.node_id for g in got} == {wid("honest")} and r.rejects == Counter(not_regular=1)
@@ -122,15 +124,7 @@ def test_file_swapped_for_link_after_listing_is_not_followed(tmp_path):
     t = pool(tmp_path); t.publish(0, "honest", groups()); t.publish(0, "swapped", groups())
     outside = tmp_path / "outside"; outside.mkdir()
     (outside / "leak.json").write_bytes(t.encode(0, "swapped", groups(tag="SECRET")))
-
-    class Swapper(FolderTransport):
-        def _entries(self, round):
-            rows = super()._entries(round)
-            p = self.round_dir(round) / f"{wid('swapped')}.json"
-            p.unlink(); os.symlink(outside / "leak.json", p)
-            return rows
-
-    r = Swapper(tmp_path / "pool", "exp")
+    r = changed_after_listing(tmp_path, "swapped", lambda p: (p.unlink(), os.symlink(outside / "leak.json", p)))
     got = r.collect(0)
     assert {g.node_id for g in got} == {wid("honest")} and all("SECRET" not in g.question for g in got)
     assert r.rejects == Counter(symlink=1)
@@ -142,14 +136,8 @@ def test_file_grown_after_listing_is_held_to_its_share(tmp_path):
     size = (t.round_dir(0) / f"{wid('grower')}.json").stat().st_size
     big = t.encode(0, "grower", groups(n=12, tag="BIG"))
     assert len(big) > 3 * size  # over any share of the cap below, while its listed size is under
-
-    class Grower(FolderTransport):
-        def _entries(self, round):
-            rows = super()._entries(round)
-            (self.round_dir(round) / f"{wid('grower')}.json").write_bytes(big)  # after its size was listed
-            return rows
-
-    r = Grower(tmp_path / "pool", "exp", limits=PoolLimits(max_bytes_per_round=2 * size + 100))
+    r = changed_after_listing(tmp_path, "grower", lambda p: p.write_bytes(big),
+                              limits=PoolLimits(max_bytes_per_round=2 * size + 100))
     got = r.collect(0)
     assert {g.node_id for g in got} == {wid("honest")} and all("BIG" not in g.question for g in got)
     assert r.dropped["over_bytes"] == 1

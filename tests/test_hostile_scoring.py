@@ -19,14 +19,9 @@ from sapo_nb.tasks import MIXES, TaskStream
 
 # --- stand-ins for a checker gone wrong (run inside the worker) -------------------------------------------------------
 def honest_or_hangs(entry, completions):
-    "Pays 1 per completion, unless the entry says hang: then it never returns."
-    if entry.get("hang"): time.sleep(600)
-    return [1.0] * len(completions)
-
-def honest_or_deaf_hang(entry, completions):
-    "Pays 1 per completion, unless the entry says hang: then it ignores the worker's own timer and never returns."
+    "Pays 1 per completion, unless the entry says hang: then it never returns (`deaf`: the worker's own timer ignored)."
     if entry.get("hang"):
-        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        if entry.get("deaf"): signal.signal(signal.SIGALRM, signal.SIG_IGN)
         time.sleep(600)
     return [1.0] * len(completions)
 
@@ -188,7 +183,7 @@ def test_checker_deaf_to_the_workers_timer_is_killed(worker):
     "A checker that switches the worker's timer off and hangs: the node's deadline kills the worker; the rest is scored."
     before = counts(worker)
     t0 = time.perf_counter()
-    out = worker.score_batch(honest_or_deaf_hang, [({}, ["a"]), ({"hang": True}, ["b"]), ({}, ["c"])])
+    out = worker.score_batch(honest_or_hangs, [({}, ["a"]), ({"hang": True, "deaf": True}, ["b"]), ({}, ["c"])])
     assert out == [[1.0], [0.0], [1.0]] and time.perf_counter() - t0 < 30
     after = counts(worker)
     assert after[1] == before[1] + 1 and after[0] >= before[0] + 1  # one timeout, and a fresh worker for the rest
