@@ -206,10 +206,14 @@ def prompt_sharing_ok(model, input_ids, attention_mask, completion_mask, groups:
     "Whether `shared_prompt_logprobs` gives `model` the plain path's log-probs: probed once per model, on these rows."
     if model in _PROMPT_SHARING: return _PROMPT_SHARING[model]
     torch = _torch()
-    with torch.no_grad():
-        shared = shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, groups, temperature)
-        if shared is None: return True  # the shared path does not apply to these rows: probed on the next ones
-        plain = token_logprobs(model, input_ids, attention_mask, temperature)
+    cache = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)  # no weight cast of the probe's is left for the step's own pass
+    try:
+        with torch.no_grad():
+            shared = shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, groups, temperature)
+            if shared is None: return True  # the shared path does not apply to these rows: probed on the next ones
+            plain = token_logprobs(model, input_ids, attention_mask, temperature)
+    finally: torch.set_autocast_cache_enabled(cache)
     mask = completion_mask[:, 1:].bool()
     gap = float((shared - plain)[mask].abs().mean()) if bool(mask.any()) else 0.0
     _PROMPT_SHARING[model] = ok = gap <= PROMPT_PROBE_NATS

@@ -46,26 +46,30 @@ def test_node_keeps_one_checkpoint(tmp_path):
     assert sorted(p.name for p in checkpoint_dir(cfg).iterdir()) == ["round_2"]
 
 
-def test_resume_after_keep_one_is_exact(tmp_path):
+@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
+def test_resume_after_keep_one_is_exact(tmp_path, compute_dtype):
     """With one checkpoint kept, a node stopped after round 2 and resumed goes on as one that never stopped: the same
-    rows, rewards and losses, and the same weights to float32 rounding: bit for bit with float32 arithmetic; under
-    bfloat16 autocast the tied embedding's first gradient after the restore differs in its last bits (4e-9 here)."""
+    rows, rewards and losses, and the same weights bit for bit, under bfloat16 autocast as in float32 (the first step
+    of a resumed model probes prompt sharing, and the probe must leave nothing in autocast's cast cache that would
+    change the order in which the tied embedding's gradients are summed)."""
     def run_learning(cfg):  # a reward with spread (odd lengths earn 1), so that rounds train and weights move
         n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
         n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
         n.run()
         return n
-    straight, stopped = tiny(tmp_path / "a", rounds=5), tiny(tmp_path / "b", rounds=3)
+    straight = tiny(tmp_path / "a", rounds=5, compute_dtype=compute_dtype)
+    stopped = tiny(tmp_path / "b", rounds=3, compute_dtype=compute_dtype)
     a = run_learning(straight)
     run_learning(stopped)
     b = run_learning(stopped.replace(rounds=5))
+    assert a.policy.compute_dtype == getattr(torch, compute_dtype)
     rows, straight_rows = read_jsonl(metrics_path(stopped)), read_jsonl(metrics_path(straight))
     assert [r["round"] for r in rows] == list(range(5)) and sum(r["tokens_trained"] for r in rows[3:]) > 0
     same = ("reward_local", "loss", "tokens_generated", "tokens_trained", "grad_norm")
     assert [[r.get(k) for k in same] for r in rows] == [[r.get(k) for k in same] for r in straight_rows]
     sa, sb = a.policy.model.state_dict(), b.policy.model.state_dict()
     assert sa and sa.keys() == sb.keys()
-    for name, x in sa.items(): assert torch.allclose(x, sb[name], rtol=0, atol=1e-7), name
+    assert [name for name, x in sa.items() if not torch.equal(x, sb[name])] == []
 
 
 def test_killed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
