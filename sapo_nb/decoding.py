@@ -256,7 +256,9 @@ def decode_step_problem(model) -> str|None:
         who = None if names is None else torch.zeros(B, dtype=torch.long, device=ids.device)
         got = decode_step(net, decode_linears(net, adapters=names), ids[:, -1], mask.sum(-1) - 1, cache, T - 1,
                           mask.bool()[:, None, None], who)
-    return disagreement(got, want)
+    # float32 logits from a LoRA model over a narrowed base (`narrow_frozen_linears`) are bfloat16 sums underneath
+    narrowest = min({p.dtype for p in net.parameters() if p.is_floating_point()}, key=lambda d: torch.finfo(d).bits)
+    return disagreement(got, want, narrowest)
 
 # %% ../nbs/06_decoding.ipynb #a18cd4d1
 _LOOP_NEEDS = dict(decoder=("embed_tokens", "rotary_emb", "norm", "layers"),

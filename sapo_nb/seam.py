@@ -74,12 +74,14 @@ def failed_in_use(subject,          # what failed: a model (held weakly) or a ha
     return probe(subject, what, None, fallback)
 
 # %% ../nbs/05_seam.ipynb #1a4015b7
-def disagreement(got, want) -> str|None:
-    """None if `got` is `want` to within rounding in `got`'s dtype (on average, relative to `want`'s size), else how
-    far off."""
+def disagreement(got, want,
+                 dtype=None,  # the narrowest dtype the computation passed through (default: `got`'s)
+                ) -> str|None:
+    """None if `got` is `want` to within rounding in `dtype` (on average, relative to `want`'s size), else how far
+    off."""
     torch = _torch()
     if got.shape != want.shape: return f"shaped {tuple(got.shape)}, not {tuple(want.shape)}"
-    tol = {torch.float64: 1e-8, torch.float32: 1e-4}.get(got.dtype, 3e-2)
+    tol = {torch.float64: 1e-8, torch.float32: 1e-4}.get(dtype or got.dtype, 3e-2)
     gap, size = (got.float() - want.float()).abs().mean().item(), want.float().abs().mean().item()
     return None if gap <= tol * (1 + size) else f"off by {gap:.3g} on average"
 

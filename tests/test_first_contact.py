@@ -17,6 +17,7 @@ from sapo_nb import node as node_module, panel
 from sapo_nb.monitor import SwarmWatcher, swarm_status, format_status
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
 from sapo_nb.node import SwarmNode
+from sapo_nb.generation import choose_backend
 from sapo_nb.durability import NodeLease, CheckpointError
 from sapo_nb.swarm import ProcessSwarm, UnsupportedPlatform, node_configs, stop_swarm, thread_share, set_threads
 from sapo_nb.transport import MemoryTransport
@@ -46,19 +47,20 @@ def test_node_keeps_one_checkpoint(tmp_path):
     assert sorted(p.name for p in checkpoint_dir(cfg).iterdir()) == ["round_2"]
 
 
-@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
-def test_resume_after_keep_one_is_exact(tmp_path, compute_dtype):
+@pytest.mark.parametrize("adapter,compute_dtype", [("none", "float32"), ("none", "bfloat16"), ("lora", "bfloat16")])
+def test_resume_after_keep_one_is_exact(tmp_path, adapter, compute_dtype):
     """With one checkpoint kept, a node stopped after round 2 and resumed goes on as one that never stopped: the same
     rows, rewards and losses, and the same weights bit for bit, under bfloat16 autocast as in float32 (the first step
     of a resumed model probes prompt sharing, and the probe must leave nothing in autocast's cast cache that would
-    change the order in which the tied embedding's gradients are summed)."""
+    change the order in which the tied embedding's gradients are summed). A resumed LoRA node, whose adapter is no
+    longer zero, still samples with the CPU decoding loop over its base narrowed to bfloat16."""
     def run_learning(cfg):  # a reward with spread (odd lengths earn 1), so that rounds train and weights move
         n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
         n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
         n.run()
         return n
-    straight = tiny(tmp_path / "a", rounds=5, compute_dtype=compute_dtype)
-    stopped = tiny(tmp_path / "b", rounds=3, compute_dtype=compute_dtype)
+    straight = tiny(tmp_path / "a", rounds=5, compute_dtype=compute_dtype, adapter=adapter)
+    stopped = tiny(tmp_path / "b", rounds=3, compute_dtype=compute_dtype, adapter=adapter)
     a = run_learning(straight)
     run_learning(stopped)
     b = run_learning(stopped.replace(rounds=5))
@@ -67,9 +69,10 @@ def test_resume_after_keep_one_is_exact(tmp_path, compute_dtype):
     assert [r["round"] for r in rows] == list(range(5)) and sum(r["tokens_trained"] for r in rows[3:]) > 0
     same = ("reward_local", "loss", "tokens_generated", "tokens_trained", "grad_norm")
     assert [[r.get(k) for k in same] for r in rows] == [[r.get(k) for k in same] for r in straight_rows]
-    sa, sb = a.policy.model.state_dict(), b.policy.model.state_dict()
+    sa, sb = a.policy.state_dict(), b.policy.state_dict()  # a LoRA node's: its adapter
     assert sa and sa.keys() == sb.keys()
     assert [name for name, x in sa.items() if not torch.equal(x, sb[name])] == []
+    assert choose_backend(b.policy.sampler()) == "loop"
 
 
 def test_killed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
