@@ -6,7 +6,7 @@
 from __future__ import annotations
 import copy, time, warnings
 from dataclasses import dataclass
-from .seam import cache_argument, disagreement, failed_in_use, prefill_prompts, probe, probe_ids
+from .seam import cache_argument, disagreement, evaluating, failed_in_use, prefill_prompts, probe, probe_ids
 from .decoding import (InverseCDFSampler, SampledLogprobs, decode_completions, decode_loop_problem,
                               sampling_processors, supports_decode_loop, token_picker)
 
@@ -72,26 +72,21 @@ def generate_completions(model, tokenizer, prompts:list, G:int, max_new_tokens:i
     eos, pad = eos_ids(model, tokenizer), tokenizer.pad_token_id
     record = SampledLogprobs(len(prompts) * G, max_new_tokens, temperature, model.device) if temperature else None
     t0 = time.perf_counter()
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), compute_context(model, compute_dtype):
-            if use == "loop":
-                new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
-                                         token_picker(temperature, top_p, uniforms), eos, pad, adapters=adapters,
-                                         record=record)
-            else:
-                static = compile_decoding and uses_static_cache(model, adapters)
-                asked = (model, enc, G, max_new_tokens, temperature, top_p, uniforms, eos, pad)
-                try: new = sample_with_generate(*asked, record, adapters, static)
-                except Exception as e:  # a batch the check did not try: said once, and this call samples again
-                    if not static: raise
-                    failed_in_use(model, STATIC_CACHE, f"{type(e).__name__}: {e}"[:300], KEEPS_DYNAMIC)
-                    if seed is not None and not per_prompt: torch.manual_seed(seed)
-                    record = SampledLogprobs(*record.out.shape, temperature, model.device) if record else None
-                    new = sample_with_generate(*asked, record, adapters, False)
-    finally:
-        if was_training: model.train()
+    with evaluating(model), torch.no_grad(), compute_context(model, compute_dtype):
+        if use == "loop":
+            new = decode_completions(model, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
+                                     token_picker(temperature, top_p, uniforms), eos, pad, adapters=adapters,
+                                     record=record)
+        else:
+            static = compile_decoding and uses_static_cache(model, adapters)
+            asked = (model, enc, G, max_new_tokens, temperature, top_p, uniforms, eos, pad)
+            try: new = sample_with_generate(*asked, record, adapters, static)
+            except Exception as e:  # a batch the check did not try: said once, and this call samples again
+                if not static: raise
+                failed_in_use(model, STATIC_CACHE, f"{type(e).__name__}: {e}"[:300], KEEPS_DYNAMIC)
+                if seed is not None and not per_prompt: torch.manual_seed(seed)
+                record = SampledLogprobs(*record.out.shape, temperature, model.device) if record else None
+                new = sample_with_generate(*asked, record, adapters, False)
     return completions_from_ids(tokenizer, new, eos, G, max_new_tokens, time.perf_counter() - t0, use,
                                 None if record is None else record.finish(new))
 

@@ -10,6 +10,7 @@ from fastcore.basics import patch
 from .config import SAPOConfig
 from .core import Group
 from .seam import accepts_argument, cache_argument, cache_of_rows, checkpointing_on, logits_where
+from .seam import evaluating, probing
 
 # %% auto #0
 __all__ = ['PROMPT_PROBE_NATS', 'encode_batch', 'group_advantages', 'target_logprobs', 'token_logprobs', 'shared_prompt_logprobs',
@@ -206,14 +207,10 @@ def prompt_sharing_ok(model, input_ids, attention_mask, completion_mask, groups:
     "Whether `shared_prompt_logprobs` gives `model` the plain path's log-probs: probed once per model, on these rows."
     if model in _PROMPT_SHARING: return _PROMPT_SHARING[model]
     torch = _torch()
-    cache = torch.is_autocast_cache_enabled()
-    torch.set_autocast_cache_enabled(False)  # no weight cast of the probe's is left for the step's own pass
-    try:
-        with torch.no_grad():
-            shared = shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, groups, temperature)
-            if shared is None: return True  # the shared path does not apply to these rows: probed on the next ones
-            plain = token_logprobs(model, input_ids, attention_mask, temperature)
-    finally: torch.set_autocast_cache_enabled(cache)
+    with probing(model), torch.no_grad():  # as the seam's checks run: see below
+        shared = shared_prompt_logprobs(model, input_ids, attention_mask, completion_mask, groups, temperature)
+        if shared is None: return True  # the shared path does not apply to these rows: probed on the next ones
+        plain = token_logprobs(model, input_ids, attention_mask, temperature)
     mask = completion_mask[:, 1:].bool()
     gap = float((shared - plain)[mask].abs().mean()) if bool(mask.any()) else 0.0
     _PROMPT_SHARING[model] = ok = gap <= PROMPT_PROBE_NATS
@@ -424,8 +421,9 @@ def frozen_logprobs(self:GRPOTrainer, batch:TrainingBatch, rows:list) -> tuple:
     the step's own forward pass gives it), `ref` only with `beta > 0`.'''
     several_steps = self.cfg.num_iterations > 1 or self.cfg.minibatches > 1
     if not rows: return None, None
-    return (self.batch_logprobs(batch, rows) if several_steps else None,
-            self.batch_logprobs(batch, rows, self.ref_model) if self.ref_model is not None else None)
+    with evaluating(self.model):  # π_old as the policy sampled (generation runs in eval mode): no dropout, every round
+        return (self.batch_logprobs(batch, rows) if several_steps else None,
+                self.batch_logprobs(batch, rows, self.ref_model) if self.ref_model is not None else None)
 
 # %% ../nbs/08_grpo.ipynb #0737322a
 @patch

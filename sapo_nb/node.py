@@ -22,6 +22,7 @@ from .grpo import GRPOTrainer, StepResult
 from .sampler import (add_refusals, controller_for, controller_from_dict, group_key, round_rng, select_external,
                              top_peers)
 from .transport import open_transport
+from .identity import valid_wire_id
 from .evaluation import evaluate as evaluate_policy
 from .trackers import open_tracker, progress_line
 from .durability import (NodeLease, NodeRunning, CheckpointError, save_checkpoint, load_checkpoint,
@@ -340,12 +341,20 @@ _CONTROLLER_FIELDS = ("local_questions", "external_questions", "adaptive", "adap
 @patch
 def _state(self:SwarmNode) -> dict:
     return dict(questions_drawn=self.stream.drawn, stream=self.stream.position(), controller=self.controller.to_dict(),
-                config=self.cfg.to_dict())
+                config=self.cfg.to_dict(), trained_external=sorted(map(list, self.trained_external)))
 
 # %% ../nbs/15_node.ipynb #604f0323
 def _drawn_ok(n, round:int, cfg:SAPOConfig) -> bool:
     "Whether `n` questions can have been drawn by the end of `round`: at most I + J a round (64 for very small I + J)."
     return type(n) is int and 0 <= n <= (round + 1) * max(cfg.local_questions + cfg.external_questions, 64)
+
+def _trained_ok(keys, round:int, cfg:SAPOConfig) -> bool:
+    """Whether `keys` can be a node's `trained_external` at the end of `round`: `group_key`s (a wire id, a round
+    no later than `round`, an index), at most I + J (64 for very small I + J) for each round of the top-up window."""
+    window = cfg.top_up_rounds + cfg.max_staleness + 2
+    return (isinstance(keys, list) and len(keys) <= window * max(cfg.local_questions + cfg.external_questions, 64)
+            and all(isinstance(k, list) and len(k) == 3 and valid_wire_id(k[0]) and is_count(k[1]) and k[1] <= round
+                    and is_count(k[2]) for k in keys))
 
 # %% ../nbs/15_node.ipynb #e19ee1d0
 @patch
@@ -388,6 +397,8 @@ def _check_restored(self:SwarmNode, state:dict):
         raise CheckpointError(f"state.json: the stream drew {state['stream'].get('drawn')!r} questions, "
                               f"impossible by round {state['round']}")
     if not self._controller_changed(state): self._check_controller(state.get("controller"))
+    if "trained_external" in state and not _trained_ok(state["trained_external"], state["round"], self.cfg):
+        raise CheckpointError("state.json: trained_external is not a top-up window's group keys")
 
 # %% ../nbs/15_node.ipynb #134d3206
 @patch
@@ -438,6 +449,7 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     self._apply_changes(st)
     if "stream" in st: self.stream.restore(st["stream"])
     else: self.stream.skip(st["questions_drawn"])
+    self.trained_external = {tuple(k) for k in st.get("trained_external", ())}  # none in a checkpoint from before it
     cut_records(self.cfg, st["round"])
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
     return st["round"] + 1

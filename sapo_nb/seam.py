@@ -4,13 +4,13 @@
 
 # %% ../nbs/05_seam.ipynb #ba227380
 from __future__ import annotations
-import inspect, sys, warnings, weakref
+import contextlib, inspect, sys, warnings, weakref
 
 # %% auto #0
-__all__ = ['PLAIN_HEAD_MODELS', 'probe', 'forget_checks', 'failed_in_use', 'disagreement', 'probe_ids', 'accepts_argument',
-           'cache_argument', 'cache_continues_problem', 'prompt_cache', 'cache_layers', 'cache_rows_problem',
-           'prefill_prompts', 'cache_of_rows', 'rotary', 'rotary_problem', 'pack_problem', 'packed_linear',
-           'head_problem', 'logits_where', 'unwrap_adapters', 'checkpointing_on']
+__all__ = ['PLAIN_HEAD_MODELS', 'evaluating', 'probing', 'probe', 'forget_checks', 'failed_in_use', 'disagreement', 'probe_ids',
+           'accepts_argument', 'cache_argument', 'cache_continues_problem', 'prompt_cache', 'cache_layers',
+           'cache_rows_problem', 'prefill_prompts', 'cache_of_rows', 'rotary', 'rotary_problem', 'pack_problem',
+           'packed_linear', 'head_problem', 'logits_where', 'unwrap_adapters', 'checkpointing_on']
 
 # %% ../nbs/05_seam.ipynb #35c586c7
 def _torch():
@@ -28,15 +28,34 @@ def _verdicts_of(subject) -> dict:
     except TypeError: return _KEYED.setdefault(subject, {})
 
 # %% ../nbs/05_seam.ipynb #876fb41e
-def _verdict(subject, check):
-    "`check(subject)`, in eval mode for a module (its modes restored), an exception as a failure."
-    modes = [(m, m.training) for m in subject.modules()] if hasattr(subject, "modules") else []
+@contextlib.contextmanager
+def evaluating(model):
+    "Within, a module `model` in eval mode (no dropout); each of its modules' modes restored after."
+    modes = [(m, m.training) for m in model.modules()] if hasattr(model, "modules") else []
     try:
-        if modes: subject.eval()
-        return check(subject)
-    except Exception as e: return f"{type(e).__name__}: {e}"
+        if modes: model.eval()
+        yield model
     finally:
         for m, training in modes: m.training = training
+
+@contextlib.contextmanager
+def probing(model):
+    """Within, a module `model` runs as a probe should: in eval mode (`evaluating`), drawing from a copy of the random
+    state, and casting outside autocast's weight cache; the random state and the cache's switch are restored after."""
+    torch = _torch()
+    cuda = sorted({p.device.index if p.device.index is not None else torch.cuda.current_device()
+                   for p in model.parameters() if p.device.type == "cuda"}) if hasattr(model, "parameters") else []
+    cache = torch.is_autocast_cache_enabled()
+    try:
+        torch.set_autocast_cache_enabled(False)
+        with evaluating(model), torch.random.fork_rng(devices=cuda): yield model
+    finally: torch.set_autocast_cache_enabled(cache)
+
+def _verdict(subject, check):
+    "`check(subject)` run as a probe (`probing`), an exception as a failure."
+    try:
+        with probing(subject): return check(subject)
+    except Exception as e: return f"{type(e).__name__}: {e}"
 
 # %% ../nbs/05_seam.ipynb #3d0a597d
 def probe(subject,            # what is checked: a model (held weakly) or a hashable key such as a dtype

@@ -52,15 +52,18 @@ def test_resume_after_keep_one_is_exact(tmp_path, adapter, compute_dtype):
     """With one checkpoint kept, a node stopped after round 2 and resumed goes on as one that never stopped: the same
     rows, rewards and losses, and the same weights bit for bit, under bfloat16 autocast as in float32 (the first step
     of a resumed model probes prompt sharing, and the probe must leave nothing in autocast's cast cache that would
-    change the order in which the tied embedding's gradients are summed). A resumed LoRA node, whose adapter is no
-    longer zero, still samples with the CPU decoding loop over its base narrowed to bfloat16."""
+    change the order in which the tied embedding's gradients are summed, nor draw dropout masks from the random state
+    the checkpoint restored). A resumed LoRA node, whose adapter is no longer zero, still samples with the CPU decoding
+    loop over its base narrowed to bfloat16."""
     def run_learning(cfg):  # a reward with spread (odd lengths earn 1), so that rounds train and weights move
+        torch.manual_seed(0)  # each run's process starts from the same random state, as a new process does
         n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
         n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
         n.run()
         return n
-    straight = tiny(tmp_path / "a", rounds=5, compute_dtype=compute_dtype, adapter=adapter)
-    stopped = tiny(tmp_path / "b", rounds=3, compute_dtype=compute_dtype, adapter=adapter)
+    lora = dict(lora_dropout=0.1) if adapter == "lora" else {}  # its masks drawn from the random state the checkpoint keeps
+    straight = tiny(tmp_path / "a", rounds=5, compute_dtype=compute_dtype, adapter=adapter, **lora)
+    stopped = tiny(tmp_path / "b", rounds=3, compute_dtype=compute_dtype, adapter=adapter, **lora)
     a = run_learning(straight)
     run_learning(stopped)
     b = run_learning(stopped.replace(rounds=5))
