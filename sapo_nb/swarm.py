@@ -93,12 +93,13 @@ def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
             result[n.cfg.node_id] = f"{type(e).__name__}: {e}"
             log(f"{n.cfg.node_id} failed: {result[n.cfg.node_id]}")
     while True:
-        active = [n for i, n in nodes.items() if i not in result and n.round < n.cfg.rounds]
-        if not active: break
-        # nodes on one shared base generate in one batch; the others in their own round
-        sampled = [None] * len(active)
-        if len({n.round for n in active}) == 1:  # a batch that fails falls back inside, on the questions it drew
-            sampled = sample_together(active, active[0].round)
+        left = [n for i, n in nodes.items() if i not in result and n.round < n.cfg.rounds]
+        if not left: break
+        # nodes resumed from checkpoints of different rounds: those behind catch up first, and all go on level
+        r = min(n.round for n in left)
+        active = [n for n in left if n.round == r]
+        # nodes on one shared base generate in one batch (one that fails falls back inside, on the questions it drew)
+        sampled = sample_together(active, r)
         # every node publishes before any collects
         begun = [(n, guarded(n, lambda n=n, s=s: n.begin_round(n.round, s))) for n, s in zip(active, sampled)]
         for n, state in begun:

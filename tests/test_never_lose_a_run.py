@@ -4,13 +4,13 @@ Running a finished run's command again, resuming a run stopped before its first 
 to a finished run, Ctrl-C, an expected error and `--help`: each test fails on the code before the fix (rows were
 replaced, config files overwritten, `sapo: stopped` said nothing, `--help` showed the paper's defaults). Tiny model.
 """
-import json, time
+import json, shutil, time
 from pathlib import Path
 
 import pytest
 
 from conftest import sapo_cli, tiny_config
-from sapo_nb.core import metrics_path
+from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
 from sapo_nb.node import SwarmNode
 from sapo_nb.transport import MemoryTransport
 
@@ -155,3 +155,21 @@ def test_a_failed_batch_of_nodes_loses_no_question(tmp_path, monkeypatch):
     for n in nodes.values():
         assert n.stream.drawn == 2 * cfg.local_questions  # each question drawn once, and sampled
         assert all(json.loads(l)["tokens_generated"] > 0 for l in metrics_path(n.cfg).read_text().splitlines())
+
+
+def test_nodes_resumed_at_different_rounds_go_on_level(tmp_path, monkeypatch):
+    """A swarm of LoRA nodes stopped between two nodes' checkpoints of one round: on resume the node behind catches up
+    alone, and from then on the nodes go level again, generating in one batch, as an uninterrupted swarm does."""
+    from sapo_nb import swarm
+    batches, real = [], swarm.sample_together
+    monkeypatch.setattr(swarm, "sample_together", lambda nodes, r: batches.append((r, len(nodes))) or real(nodes, r))
+    cfgs = swarm.node_configs(tiny_config(tmp_path, adapter="lora", transport="folder", external_questions=2,
+                                          rounds=2, checkpoints_kept=2), 2)
+    assert swarm.run_inline(cfgs, log=lambda *_: None) == {"node-0": "done", "node-1": "done"}
+    assert batches == [(0, 2), (1, 2)]
+    shutil.rmtree(checkpoint_dir(cfgs[1]) / "round_1")  # stopped after node-0's checkpoint of round 1, before node-1's
+    batches.clear()
+    more = [c.replace(rounds=4) for c in cfgs]
+    assert swarm.run_inline(more, log=lambda *_: None) == {"node-0": "done", "node-1": "done"}
+    assert batches == [(1, 1), (2, 2), (3, 2)]
+    assert [[x["round"] for x in read_jsonl(metrics_path(c))] for c in more] == [[0, 1, 2, 3]] * 2
