@@ -257,7 +257,8 @@ def decode_step_problem(model) -> str|None:
         got = decode_step(net, decode_linears(net, adapters=names), ids[:, -1], mask.sum(-1) - 1, cache, T - 1,
                           mask.bool()[:, None, None], who)
     # float32 logits from a LoRA model over a narrowed base (`narrow_frozen_linears`) are bfloat16 sums underneath
-    narrowest = min({p.dtype for p in net.parameters() if p.is_floating_point()}, key=lambda d: torch.finfo(d).bits)
+    narrowest = min({p.dtype for p in net.parameters() if p.is_floating_point()}, key=lambda d: torch.finfo(d).bits,
+                    default=got.dtype)
     return disagreement(got, want, narrowest)
 
 # %% ../nbs/06_decoding.ipynb #a18cd4d1

@@ -421,7 +421,7 @@ def frozen_logprobs(self:GRPOTrainer, batch:TrainingBatch, rows:list) -> tuple:
     the step's own forward pass gives it), `ref` only with `beta > 0`.'''
     several_steps = self.cfg.num_iterations > 1 or self.cfg.minibatches > 1
     if not rows: return None, None
-    with evaluating(self.model):  # π_old as the policy sampled (generation runs in eval mode): no dropout, every round
+    with evaluating(self.model):  # π_old as the policy sampled (generation runs in eval mode): no dropout
         return (self.batch_logprobs(batch, rows) if several_steps else None,
                 self.batch_logprobs(batch, rows, self.ref_model) if self.ref_model is not None else None)
 

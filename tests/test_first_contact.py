@@ -61,7 +61,7 @@ def test_resume_after_keep_one_is_exact(tmp_path, adapter, compute_dtype):
         n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
         n.run()
         return n
-    lora = dict(lora_dropout=0.1) if adapter == "lora" else {}  # its masks drawn from the random state the checkpoint keeps
+    lora = dict(lora_dropout=0.1) if adapter == "lora" else {}  # masks drawn from the random state the checkpoint keeps
     straight = tiny(tmp_path / "a", rounds=5, compute_dtype=compute_dtype, adapter=adapter, **lora)
     stopped = tiny(tmp_path / "b", rounds=3, compute_dtype=compute_dtype, adapter=adapter, **lora)
     a = run_learning(straight)

@@ -118,22 +118,35 @@ def test_out_of_bounds_state_falls_back(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint is intact"): node(cfg.replace(rounds=4)).resume()
 
 
+PEER = "node." + "f" * 20  # a wire id's shape
+
+
 @pytest.mark.parametrize("trained", [
-    [["not a wire id", 0, 0]],                        # a name no peer can have
-    [["node." + "f" * 20, 7, 0]],                     # a round after the checkpoint's
-    [["node." + "f" * 20, 0, -1]],                    # a negative index
-    [["node." + "f" * 20, 0, i] for i in range(10**4)],  # more keys than the top-up window can hold
-    {"node": 1},                                      # not a list
+    [["not a wire id", 0, 0]],  # a name no peer can have
+    [[PEER, 7, 0]],             # a round after the checkpoint's
+    [[PEER, 0, -1]],            # a negative index
+    [[PEER, 0]],                # not a group key
+    {},                         # not a list
 ])
 def test_out_of_bounds_trained_external_falls_back(tmp_path, trained):
     """The peers' groups a node trained on (what its top-ups must not repeat) are restored from the checkpoint only
-    as the window's group keys: anything else in state.json skips the checkpoint for the one before it."""
+    as group keys of rounds it has run: anything else in state.json skips the checkpoint for the one before it."""
     cfg = _checkpointed(tmp_path)
     _rewrite_state(checkpoint_dir(cfg) / "round_2", trained_external=trained)
     said = []
     n = node(cfg.replace(rounds=4), said); assert n.resume() == 2
     assert any("trained_external" in s for s in said), said
     assert n.trained_external == set()  # round 1's checkpoint: a node with J = 0 trained on no peer's group
+    n.close()
+
+
+def test_shorter_top_up_window_on_resume_keeps_the_checkpoint(tmp_path):
+    """Resumed with a shorter top-up window than its checkpoint was written under, a node keeps that checkpoint and
+    the keys of the window it now has, as its own rounds would have kept them."""
+    cfg = _checkpointed(tmp_path)
+    _rewrite_state(checkpoint_dir(cfg) / "round_2", trained_external=[[PEER, 0, 0], [PEER, 1, 3], [PEER, 2, 1]])
+    n = node(cfg.replace(rounds=4, top_up_rounds=1), []); assert n.resume() == 3
+    assert n.trained_external == {(PEER, 1, 3), (PEER, 2, 1)}
     n.close()
 
 
