@@ -397,7 +397,7 @@ def _check_restored(self:SwarmNode, state:dict):
                               f"impossible by round {state['round']}")
     if not self._controller_changed(state): self._check_controller(state.get("controller"))
     if "trained_external" in state and not _trained_ok(state["trained_external"], state["round"]):
-        raise CheckpointError("state.json: trained_external is not a top-up window's group keys")
+        raise CheckpointError("state.json: trained_external is not a list of group keys of the rounds run")
 
 # %% ../nbs/15_node.ipynb #134d3206
 @patch
