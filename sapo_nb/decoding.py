@@ -242,19 +242,20 @@ def _cache_buffers(model, prefilled, B:int, T:int, L:int, dtype, device) -> list
 
 # %% ../nbs/06_decoding.ipynb #9326f587
 @contextmanager
-def _adapter_at_work(model, names:list|None):
-    """Within, a fresh adapter of `model` (the active one, among `names`; every B zero, as peft starts them) has its B
-    drawn at random, about as far from zero as training takes them (`models.move_adapters`); restored after."""
+def _adapter_at_work(model):
+    """Within, a fresh adapter of `model` (its trainable one, every B zero, as peft starts them) has its B drawn at
+    random, about as far from zero as training takes them (`models.move_adapters`); zero again after."""
     from sapo_nb.models import move_adapters
     torch = _torch()
-    Bs = [t for n, t in model.named_parameters() if names and t.requires_grad and "lora_B" in n]
-    saved = [t.detach().clone() for t in Bs] if Bs and not any(bool(t.any()) for t in Bs) else []
+    Bs = [t for n, t in model.named_parameters() if t.requires_grad and "lora_B" in n]
+    fresh = bool(Bs) and not any(bool(t.any()) for t in Bs)
     try:
-        if saved: move_adapters(model, scale=0.01)
+        if fresh: move_adapters(model, scale=0.01)
         yield model
     finally:
-        with torch.no_grad():
-            for t, s in zip(Bs, saved): t.copy_(s)
+        if fresh:
+            with torch.no_grad():
+                for t in Bs: t.zero_()
 
 def decode_step_problem(model) -> str|None:
     "What is wrong with `decode_step` for `model`: one step's logits after a prefilled prompt against the model's own."
@@ -263,7 +264,7 @@ def decode_step_problem(model) -> str|None:
     names = None if net is model else [model.active_adapter]
     ids, mask = probe_ids(net)
     B, T = ids.shape
-    with _adapter_at_work(model, names), torch.no_grad():
+    with _adapter_at_work(model), torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[:, -1]
         prefilled = prefill_prompts(model, ids, mask, 1)
         dtype = cache_layers(prefilled)[0][0].dtype if prefilled is not None else want.dtype

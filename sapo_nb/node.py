@@ -240,6 +240,10 @@ def training_metrics(st:StepResult|None) -> dict:
                 grad_norm=st.grad_norm, sampler_gap=st.sampler_logprob_gap, tokens_trained=st.tokens_trained)
 
 # %% ../nbs/15_node.ipynb #cf5d1e43
+def _in_top_up_window(keys, r:int, cfg:SAPOConfig) -> set:
+    "The group keys of `keys` that round `r`'s top-ups must still not repeat: those of the window's rounds."
+    return {tuple(k) for k in keys if k[1] >= r - cfg.top_up_rounds - cfg.max_staleness}
+
 @patch
 def finish_round(self:SwarmNode, state:RoundStart) -> dict:
     "Second half: collect and select external groups, train on local + external, and return the metrics row."
@@ -258,7 +262,7 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
     ext, info = (select_external(candidates, J, self.strategy, self.reward_fn, round_rng(cfg.seed, r, cfg.node_id),
                                  mix=cfg.mix, fresh_from=r - cfg.max_staleness, trained=self.trained_external,
                                  scoring_budget=cfg.scoring_budget) if reads_pool else ([], {}))
-    self.trained_external = {k for k in self.trained_external if k[1] >= r - cfg.top_up_rounds - cfg.max_staleness} | {
+    self.trained_external = _in_top_up_window(self.trained_external, r, cfg) | {
         group_key(g) for g in ext}  # what top-ups must not repeat: only the window's rounds are kept
     ext = [replace(g, prompt=self.format_prompt(tok, g.entry)) for g in ext]  # the question as we rebuilt it
     lap("select")
@@ -448,8 +452,8 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     self._apply_changes(st)
     if "stream" in st: self.stream.restore(st["stream"])
     else: self.stream.skip(st["questions_drawn"])
-    oldest = st["round"] - self.cfg.top_up_rounds - self.cfg.max_staleness  # as round st["round"] kept them
-    self.trained_external = {tuple(k) for k in st.get("trained_external", ()) if k[1] >= oldest}  # none: from before it
+    # as round st["round"] kept them, under the settings resumed with (none in a checkpoint from before them)
+    self.trained_external = _in_top_up_window(st.get("trained_external", ()), st["round"], self.cfg)
     cut_records(self.cfg, st["round"])
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
     return st["round"] + 1
