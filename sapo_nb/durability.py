@@ -278,7 +278,9 @@ def _untie(tensors:dict) -> dict:
     return out
 
 # %% ../nbs/14_durability.ipynb #442f41d1
-def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1) -> Path:
+def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
+                    random_state=None, # torch's CPU random state to keep (None: the process's)
+                   ) -> Path:
     """Write a complete checkpoint of round `round` under `folder`; once it verifies, keep the newest `keep` (2: a
     fallback too)."""
     import torch
@@ -289,7 +291,8 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1)
         if name.startswith(".tmp_round_"):
             with suppress(OSError): remove(folder / name)  # left by a killed save (a link there stays)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    rng = dict(torch=torch.get_rng_state().tolist(), python=list(random.getstate()[1]))
+    rng = dict(torch=(torch.get_rng_state() if random_state is None else random_state).tolist(),
+               python=list(random.getstate()[1]))
     files = {  # each written without following a link; only the weights' bytes are ever held whole, one file at a time
         "model.safetensors": _write_hashed(tmp / "model.safetensors",
                                            lambda f: f.write(safetensors_bytes(_untie(tensors)))),

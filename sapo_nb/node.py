@@ -30,8 +30,9 @@ from .durability import (NodeLease, NodeRunning, CheckpointError, save_checkpoin
                                 refuse_other_run, settings_changed)
 
 # %% auto #0
-__all__ = ['RECENT_ROUNDS', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'Drawn', 'wait_target', 'RoundStart',
-           'training_metrics', 'ExportError', 'gguf_converter', 'save_model', 'sample_together']
+__all__ = ['RECENT_ROUNDS', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'node_random_state', 'Drawn',
+           'wait_target', 'RoundStart', 'training_metrics', 'ExportError', 'gguf_converter', 'save_model',
+           'sample_together']
 
 # %% ../nbs/15_node.ipynb #dbc17473
 def _mean(xs):
@@ -58,6 +59,7 @@ class SwarmNode:
     strategy: object         # how J external groups are picked (`sampler.STRATEGIES`)
     controller: object       # the I/J controller
     trainer: GRPOTrainer     # its local policy update
+    random_state: object     # the CPU random state its updates draw from (`node_random_state`), kept in checkpoints
 
     def __init__(self, cfg:SAPOConfig, transport=None, policy=None, strategy=None, log=print):
         self.cfg, self.log = cfg, log
@@ -101,6 +103,24 @@ def _build(self:SwarmNode, transport, strategy):
     self.strategy = strategy or cfg.selection
     self.controller = controller_for(cfg)
     self.trainer = GRPOTrainer(self.policy.model, self.policy.tokenizer, cfg, compute_dtype=self.policy.compute_dtype)
+    self.random_state = node_random_state(cfg)  # what its updates draw from: its own, whichever process it runs in
+
+# %% ../nbs/15_node.ipynb #a4d831a8
+def node_random_state(cfg:SAPOConfig):
+    "The CPU random state a node's first update draws from (its dropout masks): from its seed and id, in any process."
+    import torch
+    return torch.Generator().manual_seed(derive_seed("sapo-update", cfg.seed, cfg.node_id)).get_state()
+
+@patch
+def _update(self:SwarmNode, groups:list) -> StepResult:
+    """The policy update on `groups`, drawing from the node's own random state, which it keeps for the next update and
+    its checkpoint: nodes that share a process draw their dropout masks whatever their neighbours draw."""
+    import torch
+    with torch.random.fork_rng(devices=[]):  # the process's random state is put back after
+        torch.set_rng_state(self.random_state)
+        st = self.trainer.step(groups)
+        self.random_state = torch.get_rng_state()
+    return st
 
 # %% ../nbs/15_node.ipynb #cf342414
 @patch
@@ -270,7 +290,7 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
     lap("base")  # as long as it took this node: next to nothing where a node of its process ran it already
     # a completion cut by the length limit (ours, or a peer's by its flag) gets no EOS: the policy is not taught to
     # stop there
-    st = self.trainer.step(local + ext) if local or ext else None
+    st = self._update(local + ext) if local or ext else None
     lap("train")
     due = cfg.eval_every and ((r + 1) % cfg.eval_every == 0 or r + 1 == cfg.rounds)
     after = self.evaluate(r, "final" if r + 1 == cfg.rounds else "curve") if due else None  # after this round's update
@@ -439,6 +459,7 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
 @patch
 def _restore(self:SwarmNode, join_current:bool=False) -> int:
     "Restore the newest good checkpoint and cut the metrics and evaluation records after it, or pick the start round."
+    import torch
     st = load_checkpoint(checkpoint_dir(self.cfg), self.policy, self.trainer.opt,
                          check=self._check_restored, log=self.log)
     if st is None:
@@ -450,6 +471,7 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
                      f"round 0; the earlier rows are kept in {aside}")
         return max(self.transport.rounds(), default=0) if join_current else 0
     self._apply_changes(st)
+    self.random_state = torch.tensor(st["rng"]["torch"], dtype=torch.uint8)  # its own, as it kept it
     if "stream" in st: self.stream.restore(st["stream"])
     else: self.stream.skip(st["questions_drawn"])
     # as round st["round"] kept them, under the settings resumed with (none in a checkpoint from before them)
@@ -462,7 +484,7 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
 @patch
 def _checkpoint(self:SwarmNode, r:int):
     save_checkpoint(checkpoint_dir(self.cfg), r, self.policy, self.trainer.opt, self._state(),
-                    keep=self.cfg.checkpoints_kept)
+                    keep=self.cfg.checkpoints_kept, random_state=self.random_state)
 
 # %% ../nbs/15_node.ipynb #cac60b06
 @patch

@@ -53,10 +53,11 @@ def test_resume_after_keep_one_is_exact(tmp_path, adapter, compute_dtype):
     rows, rewards and losses, and the same weights bit for bit, under bfloat16 autocast as in float32 (the first step
     of a resumed model probes prompt sharing, and the probe must leave nothing in autocast's cast cache that would
     change the order in which the tied embedding's gradients are summed, nor draw dropout masks from the random state
-    the checkpoint restored). A resumed LoRA node, whose adapter is no longer zero, still samples with the CPU decoding
-    loop over its base narrowed to bfloat16."""
+    the checkpoint restored). The runs start from other random states of the process: a node draws from its own. A
+    resumed LoRA node, whose adapter is no longer zero, still samples with the CPU decoding loop over its base narrowed
+    to bfloat16."""
     def run_learning(cfg):  # a reward with spread (odd lengths earn 1), so that rounds train and weights move
-        torch.manual_seed(0)  # each run's process starts from the same random state, as a new process does
+        torch.manual_seed(ord(str(cfg.root)[-1]))  # the two runs start from other process states: nodes draw their own
         n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
         n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
         n.run()

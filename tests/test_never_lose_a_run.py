@@ -173,3 +173,25 @@ def test_nodes_resumed_at_different_rounds_go_on_level(tmp_path, monkeypatch):
     assert swarm.run_inline(more, log=lambda *_: None) == {"node-0": "done", "node-1": "done"}
     assert batches == [(1, 1), (2, 2), (3, 2)]
     assert [[x["round"] for x in read_jsonl(metrics_path(c))] for c in more] == [[0, 1, 2, 3]] * 2
+
+
+def test_inline_nodes_with_dropout_resume_exactly(tmp_path):
+    """Two LoRA nodes with dropout in one process, stopped after round 1 and resumed: each drew its masks from a random
+    state of its own and kept it in its checkpoint, so both go on as nodes that never stopped, bit for bit (with one
+    state for the process, restored from each checkpoint in turn, their rounds after the resume differed)."""
+    from sapo_nb import swarm
+    def build(c, **kw):  # a reward with spread (odd lengths earn 1), so that every round trains and draws masks
+        n = SwarmNode(c, **kw)
+        n.reward_fn = lambda entry, completions: [float(len(x) % 2) for x in completions]
+        return n
+    straight, stopped = [swarm.node_configs(tiny_config(tmp_path / k, adapter="lora", lora_dropout=0.1, rounds=4,
+                                                        transport="folder", external_questions=2), 2) for k in "ab"]
+    assert swarm.run_inline(straight, log=lambda *_: None, build=build) == {"node-0": "done", "node-1": "done"}
+    swarm.run_inline([c.replace(rounds=2) for c in stopped], log=lambda *_: None, build=build)
+    assert swarm.run_inline(stopped, log=lambda *_: None, build=build) == {"node-0": "done", "node-1": "done"}
+    for a, b in zip(straight, stopped):
+        rows_a, rows_b = read_jsonl(metrics_path(a)), read_jsonl(metrics_path(b))
+        assert [r["round"] for r in rows_b] == [0, 1, 2, 3] and all(r["tokens_trained"] for r in rows_b[2:])
+        assert [(r["loss"], r["grad_norm"]) for r in rows_a] == [(r["loss"], r["grad_norm"]) for r in rows_b]
+        assert ((checkpoint_dir(a) / "round_3" / "model.safetensors").read_bytes()
+                == (checkpoint_dir(b) / "round_3" / "model.safetensors").read_bytes())
