@@ -20,8 +20,8 @@ __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS'
            'PEER_REPORT_RUNS', 'synthetic_runs', 'find_runs', 'config_label', 'run_provenance', 'run_info', 'load_runs',
            'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'node_cumulative',
            'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_along_runs',
-           'seed_comparison', 'provenance_summary', 'config_summary', 'arm_table', 'plan_progress', 'metric_units',
-           'seed_table', 'findings', 'load_eval_items', 'per_item_comparison', 'complete_runs', 'plan_verdict',
+           'seed_comparison', 'provenance_summary', 'config_summary', 'arm_table', 'complete_runs', 'plan_progress',
+           'metric_units', 'seed_table', 'findings', 'load_eval_items', 'per_item_comparison', 'plan_verdict',
            'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average',
            'fig_cumulative', 'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
            'compare_with_paper', 'run_summary', 'write_report']
@@ -528,13 +528,26 @@ def arm_table(
         "provenance": cs.provenance,
     }).set_index("configuration")
 
+# %% ../nbs/19_analysis.ipynb #ef1d56dc
+def complete_runs(df:pd.DataFrame, # tidy metrics (`load_runs`)
+                  nodes:int|None=None, # the nodes of a complete run (None: as many as any run has)
+                  rounds:int|None=None, # the rounds each of them logged (None: as many as any node logged)
+                 ) -> pd.DataFrame: # the rows of the runs that went all the way
+    "The rows of the runs in which `nodes` nodes each logged `rounds` rounds (by default: as many as any run)."
+    if df.empty: return df
+    per_node = df.groupby(["run", "node_id"])["round"].nunique()
+    fewest, count = per_node.groupby("run").min(), per_node.groupby("run").size()
+    whole = fewest[(fewest >= (rounds or per_node.max())) & (count >= (nodes or count.max()))].index
+    return df[df.run.isin(whole)]
+
 # %% ../nbs/19_analysis.ipynb #c0a6f5f0
 def plan_progress(
     df:pd.DataFrame, # from `load_runs` (may be empty)
     plan:dict, # a plan as in `experiments.PLANS`: 'configs' (names), 'seeds', 'nodes', 'rounds'
 ) -> pd.DataFrame: # config, planned, done, partial, missing: seed lists
     "Which runs of `plan` are in the table: complete (every node, every round), partial, or missing."
-    rows, have = [], not df.empty and {"config", "seed", "node_id", "round"} <= set(df.columns)
+    rows, have = [], not df.empty and {"run", "config", "seed", "node_id", "round"} <= set(df.columns)
+    whole = complete_runs(df, plan.get("nodes") or 1, plan["rounds"]) if have else df
     for c in plan["configs"]:
         done, partial, missing = [], [], []
         for s in plan["seeds"]:
@@ -542,9 +555,7 @@ def plan_progress(
             if r.empty:
                 missing.append(s)
                 continue
-            per_node = r.groupby("node_id")["round"].nunique()
-            full = len(per_node) >= (plan.get("nodes") or 1) and (per_node >= plan["rounds"]).all()
-            (done if full else partial).append(s)
+            (done if ((whole.config == c) & (whole.seed == s)).any() else partial).append(s)
         rows.append(dict(config=c, planned=len(plan["seeds"]), done=done, partial=partial, missing=missing))
     return pd.DataFrame(rows, columns=["config", "planned", "done", "partial", "missing"])
 
@@ -744,16 +755,6 @@ def per_item_comparison(
 # %% ../nbs/19_analysis.ipynb #73429c9b
 # the decisive plan's looks: (pairs, two-sided p boundary), O'Brien-Fleming type
 PLAN_LOOKS = ((12, 0.005), (24, 0.048))
-
-# %% ../nbs/19_analysis.ipynb #ef1d56dc
-def complete_runs(df:pd.DataFrame, # tidy metrics (`load_runs`)
-                 ) -> pd.DataFrame: # the rows of the runs that went all the way
-    "The rows of runs in which every node (as many as any run has) reached the last round any run reached."
-    if df.empty: return df
-    by_node = df.groupby(["run", "node_id"])["round"].max()
-    last, nodes = by_node.groupby("run").min(), by_node.groupby("run").size()
-    whole = last[(last == by_node.max()) & (nodes == nodes.max())].index
-    return df[df.run.isin(whole)]
 
 # %% ../nbs/19_analysis.ipynb #97f32b44
 def plan_verdict(
