@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_durability.ipynb #daeafe53
 from __future__ import annotations
-import hashlib, io, json, os, random, secrets, socket, threading, time, weakref
+import hashlib, io, json, os, secrets, socket, threading, time, weakref
 from contextlib import suppress
 from pathlib import Path
 from fastcore.basics import patch
@@ -279,7 +279,7 @@ def _untie(tensors:dict) -> dict:
 
 # %% ../nbs/14_durability.ipynb #442f41d1
 def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
-                    random_state=None, # torch's CPU random state to keep (None: the process's)
+                    random_state=None, # the CPU random state its node draws from (None: the process's)
                    ) -> Path:
     """Write a complete checkpoint of round `round` under `folder`; once it verifies, keep the newest `keep` (2: a
     fallback too)."""
@@ -291,8 +291,7 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
         if name.startswith(".tmp_round_"):
             with suppress(OSError): remove(folder / name)  # left by a killed save (a link there stays)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    rng = dict(torch=(torch.get_rng_state() if random_state is None else random_state).tolist(),
-               python=list(random.getstate()[1]))
+    rng = dict(torch=(torch.get_rng_state() if random_state is None else random_state).tolist())
     files = {  # each written without following a link; only the weights' bytes are ever held whole, one file at a time
         "model.safetensors": _write_hashed(tmp / "model.safetensors",
                                            lambda f: f.write(safetensors_bytes(_untie(tensors)))),
@@ -349,16 +348,17 @@ def checkpoint_bytes(ck, name:str, keep:bool=True) -> bytes|None:
 
 # %% ../nbs/14_durability.ipynb #2f5d3e51
 def _check_state(state):
-    "Bounds of what `load_checkpoint` itself restores: the round and the RNG states."
+    "Bounds of what every checkpoint holds: its round, and a random state that torch takes."
     import torch
     def ok_ints(v, n, lo, hi):
         return isinstance(v, list) and len(v) == n and all(type(x) is int and lo <= x <= hi for x in v)
     rng = state.get("rng") if isinstance(state, dict) else None
     if not (isinstance(state, dict) and type(state.get("round")) is int and 0 <= state["round"] < 2**31):
         raise CheckpointError("state.json: 'round' must be an integer in 0..2**31-1")
-    if not (isinstance(rng, dict) and ok_ints(rng.get("torch"), torch.get_rng_state().numel(), 0, 255)
-            and ok_ints(rng.get("python"), 625, 0, 2**32 - 1) and rng["python"][-1] <= 624):
-        raise CheckpointError("state.json: 'rng' is not a pair of valid generator states")
+    bad = CheckpointError("state.json: 'rng' is not a valid random state")
+    if not (isinstance(rng, dict) and ok_ints(rng.get("torch"), torch.get_rng_state().numel(), 0, 255)): raise bad
+    try: torch.Generator().set_state(torch.tensor(rng["torch"], dtype=torch.uint8))  # right size, but a valid state?
+    except RuntimeError: raise bad from None
 
 # %% ../nbs/14_durability.ipynb #89c3b3a1
 def checkpoint_state(ck) -> dict:
@@ -399,8 +399,8 @@ def intact_checkpoint(folder, check=None, log=print, use=verify_checkpoint) -> t
 
 # %% ../nbs/14_durability.ipynb #46f58dfd
 def load_checkpoint(folder, model, optimizer, check=None, log=print) -> dict|None:
-    """Restore the newest good checkpoint in `folder` into `model` and `optimizer` and return its state; None if there
-    is none."""
+    """Restore the newest good checkpoint in `folder` into `model` and `optimizer` and return its state (whose random
+    state, `rng`, is its node's to take up: the process's is left alone); None if there is none."""
     import torch
     from safetensors.torch import load as safetensors_load
     def load(ck):  # each file hashed once, as it is loaded: the bytes loaded are the bytes checked
@@ -408,10 +408,7 @@ def load_checkpoint(folder, model, optimizer, check=None, log=print) -> dict|Non
         optimizer.load_state_dict(torch.load(io.BytesIO(checkpoint_bytes(ck, "optimizer.pt")), weights_only=True))
     # a damaged optimizer file: an older one loads over it all
     ck, state = intact_checkpoint(folder, check, log, use=load)
-    if ck is None: return None
-    torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
-    random.setstate((3, tuple(state["rng"]["python"]), None))
-    return state
+    return None if ck is None else state
 
 # %% ../nbs/14_durability.ipynb #2d258832
 RESUME_FIXED = ("model", "mix", "tasks", "seed", "share_stream", "optimizer", "adapter", "lora_rank", "lora_targets")

@@ -8,6 +8,7 @@ import json, signal, subprocess, sys, time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import tiny_config as tiny
 
@@ -114,8 +115,21 @@ def test_out_of_bounds_state_falls_back(tmp_path):
     n = node(cfg.replace(rounds=4), said); assert n.resume() == 2
     assert any("stream position" in s for s in said), said
     n.close()
-    _rewrite_state(checkpoint_dir(cfg) / "round_1", rng=dict(torch=[0], python=[0]))
+    _rewrite_state(checkpoint_dir(cfg) / "round_1", rng=dict(torch=[0]))
     with pytest.raises(CheckpointError, match="no checkpoint is intact"): node(cfg.replace(rounds=4)).resume()
+
+
+def test_invalid_random_state_falls_back(tmp_path):
+    """A random state of the right size that torch cannot take (here all zeros) in the newest checkpoint: refused at
+    the restore, the previous checkpoint resumed, rather than a crash at the node's next update."""
+    cfg = _checkpointed(tmp_path)
+    _rewrite_state(checkpoint_dir(cfg) / "round_2", rng=dict(torch=[0] * torch.get_rng_state().numel()))
+    said = []
+    n = node(cfg.replace(rounds=4), said); assert n.resume() == 2
+    assert any("not a valid random state" in s for s in said), said
+    while n.round < 4: n.step()  # and it trains on, drawing from the previous checkpoint's state
+    n.close()
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1, 2, 3]
 
 
 PEER = "node." + "f" * 20  # a wire id's shape

@@ -195,3 +195,17 @@ def test_inline_nodes_with_dropout_resume_exactly(tmp_path):
         assert [(r["loss"], r["grad_norm"]) for r in rows_a] == [(r["loss"], r["grad_norm"]) for r in rows_b]
         assert ((checkpoint_dir(a) / "round_3" / "model.safetensors").read_bytes()
                 == (checkpoint_dir(b) / "round_3" / "model.safetensors").read_bytes())
+
+
+def test_resume_leaves_the_process_random_state_alone(tmp_path):
+    """A checkpoint's random state is its node's: resuming a node does not reset the random state of the process it
+    runs in (a notebook's own draws after it go on as they would have)."""
+    import random, torch
+    cfg = tiny_config(tmp_path, rounds=2)
+    SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None).run()
+    n = SwarmNode(cfg.replace(rounds=3), transport=MemoryTransport(), log=lambda *_: None)
+    torch.manual_seed(123); random.seed(123)
+    before = torch.get_rng_state(), random.getstate()
+    assert n.resume() == 2
+    assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
+    n.close()
