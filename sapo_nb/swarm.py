@@ -69,22 +69,22 @@ def run_inline(cfgs:list, log=print, build=None) -> dict:
     """Run the nodes of `cfgs` in this process, one round each in turn. Returns {node_id: 'done' | error text}. The
     process's peak memory restarts here (`models.reset_peak_memory`), so the rows record this swarm's."""
     from sapo_nb.node import SwarmNode
-    from sapo_nb.transport import open_transport
     from sapo_nb.models import reset_peak_memory, resolve_device
-    shared = open_transport(cfgs[0]) if cfgs[0].transport == "memory" else None
     write_swarm_config(cfgs)
     for device in {resolve_device(c.device) for c in cfgs}: reset_peak_memory(device)  # not an earlier swarm's
     if warning := pool_shortfall(cfgs): log(warning)
     nodes, result = {}, {}
-    try: return _take_turns(cfgs, shared, nodes, result, log, build or SwarmNode)
+    try: return _take_turns(cfgs, nodes, result, log, build or SwarmNode)
     finally:
         for n in nodes.values():  # every node's lease goes, also on Ctrl-C or an error
             if hasattr(n, "close"): n.close()
 
 # %% ../nbs/16_swarm.ipynb #a49cae18
-def _take_turns(cfgs, shared, nodes, result, log, build) -> dict:
+def _take_turns(cfgs, nodes, result, log, build) -> dict:
+    from sapo_nb.transport import open_transport
+    store = {} if cfgs[0].transport == "memory" else None  # one pool in memory; each node its own view, counts, cache
     for c in cfgs:
-        nodes[c.node_id] = build(c, transport=shared, log=log)
+        nodes[c.node_id] = build(c, transport=open_transport(c, store=store) if store is not None else None, log=log)
         nodes[c.node_id].resume()
     def guarded(n, fn):
         try: return fn()

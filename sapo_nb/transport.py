@@ -1099,11 +1099,13 @@ def make_transport(transport: str="folder", # 'folder' | 'memory' | 'hivemind'
     raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
 
 # %% ../nbs/10_transport.ipynb #70e46aa5
-def open_transport(cfg:SAPOConfig) -> Transport:
+def open_transport(cfg:SAPOConfig,
+                   store:dict|None=None, # the memory pool's dict, shared by a process's nodes (None: a new one)
+                  ) -> Transport:
     "The pool transport `cfg` names, with the config's bounds (`PoolLimits`) and, for the DHT, its network settings."
     network = {} if cfg.transport != "hivemind" else dict(
         host_maddrs=cfg.host_maddrs, announce_maddrs=list(cfg.announce_maddrs) or None, client_mode=cfg.client_mode,
         use_relay=cfg.use_relay, use_auto_relay=cfg.use_auto_relay, identity_path=cfg.identity_path or None)
     limits = asdict(config_slice(cfg, PoolLimits))
     return make_transport(cfg.transport, root=cfg.pool_root or cfg.root, experiment=cfg.experiment,
-                          initial_peers=cfg.initial_peers, **limits, **network)
+                          initial_peers=cfg.initial_peers, store=store, **limits, **network)

@@ -72,3 +72,23 @@ def test_report_has_a_peers_section(swarm):
     code, out, err = sapo_cli("report", root / "exp", "--out", root / "report.html")
     page = (root / "report.html").read_text()
     assert code == 0 and "<h2>Peers</h2>" in page and "junk.012345" in page and "bad_json 6" in page
+
+
+def test_nodes_of_one_process_on_the_memory_pool_each_count_their_refusals(tmp_path):
+    """An inline swarm on the memory pool, beside the junk peer: each node reads the pool through a view of its own,
+    so every node's rows show the junk it refused (with one view for the process, the first node to read a file kept
+    its refusal, the others found it in the view's cache and showed none)."""
+    from sapo_nb.node import SwarmNode
+    cfg = SAPOConfig(model="tiny", mix="quick", root=str(tmp_path), experiment="exp", local_questions=2,
+                     external_questions=2, completions_per_question=3, max_new_tokens=6, rounds=2, eval_every=0,
+                     checkpoint_every=0, learning_rate=1e-3, transport="memory")
+    def build(c, transport, **kw):
+        for r in range(cfg.rounds): transport.store.setdefault(r, {})[JUNK] = b"not json"  # there before anyone reads
+        n = SwarmNode(c, transport=transport, **kw)
+        n.reward_fn = lambda entry, completions: [float(len(x) % 2) for x in completions]
+        return n
+    assert set(run_inline(node_configs(cfg, 2), log=lambda *_: None, build=build).values()) == {"done"}
+    for node in ("node-0", "node-1"):
+        rows = read_jsonl(metrics_path(cfg.replace(node_id=node)))
+        assert [r["peers"][JUNK]["refused"] for r in rows] == [{"bad_json": 1}] * 2
+        assert [r["pool_rejected"] for r in rows] == [1, 2]  # its own count, not the process's
