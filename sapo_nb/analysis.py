@@ -531,14 +531,14 @@ def arm_table(
 # %% ../nbs/19_analysis.ipynb #ef1d56dc
 def complete_runs(df:pd.DataFrame, # tidy metrics (`load_runs`)
                   nodes:int|None=None, # the nodes of a complete run (None: as many as any run has)
-                  rounds:int|None=None, # the rounds each of them logged (None: as many as any node logged)
+                  rounds:int|None=None, # the rounds of a complete run (None: up to the last any node reached)
                  ) -> pd.DataFrame: # the rows of the runs that went all the way
-    "The rows of the runs in which `nodes` nodes each logged `rounds` rounds (by default: as many as any run)."
+    "The rows of the runs whose `nodes` nodes each reached round `rounds` - 1 (by default: as many, as far as any run)."
     if df.empty: return df
-    per_node = df.groupby(["run", "node_id"])["round"].nunique()
-    fewest, count = per_node.groupby("run").min(), per_node.groupby("run").size()
-    whole = fewest[(fewest >= (rounds or per_node.max())) & (count >= (nodes or count.max()))].index
-    return df[df.run.isin(whole)]
+    last = df.groupby(["run", "node_id"])["round"].max()
+    reached, count = last.groupby("run").min(), last.groupby("run").size()
+    whole = reached[(reached >= (last.max() if rounds is None else rounds - 1)) & (count >= (nodes or count.max()))]
+    return df[df.run.isin(whole.index)]
 
 # %% ../nbs/19_analysis.ipynb #c0a6f5f0
 def plan_progress(

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_durability.ipynb #daeafe53
 from __future__ import annotations
-import hashlib, io, json, os, secrets, socket, threading, time, weakref
+import hashlib, io, json, os, random, secrets, socket, threading, time, weakref
 from contextlib import suppress
 from pathlib import Path
 from fastcore.basics import patch
@@ -291,7 +291,8 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
         if name.startswith(".tmp_round_"):
             with suppress(OSError): remove(folder / name)  # left by a killed save (a link there stays)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    rng = dict(torch=(torch.get_rng_state() if random_state is None else random_state).tolist())
+    rng = dict(torch=(torch.get_rng_state() if random_state is None else random_state).tolist(),
+               python=list(random.getstate()[1]))  # not restored; written for versions that require it
     files = {  # each written without following a link; only the weights' bytes are ever held whole, one file at a time
         "model.safetensors": _write_hashed(tmp / "model.safetensors",
                                            lambda f: f.write(safetensors_bytes(_untie(tensors)))),

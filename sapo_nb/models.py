@@ -679,7 +679,7 @@ def draw_lora_A(model, adapter_name:str, seed:int):
         for m in model.modules():
             if adapter_name not in getattr(m, "lora_A", ()): continue
             w = m.lora_A[adapter_name].weight
-            bound = w.shape[1] ** -0.5
+            bound = w[0].numel() ** -0.5  # 1/√fan_in
             w.copy_(torch.empty(w.shape).uniform_(-bound, bound, generator=g))
 
 # %% ../nbs/04_models.ipynb #e81034ff
@@ -703,7 +703,8 @@ def lora_policy(
     device = resolve_device(device)
     key = (os.fspath(name), device, str(resolve_dtype(dtype)), str(resolve_compute_dtype(compute_dtype, device)))
     lora = lora_config(rank, alpha, dropout, targets)
-    with torch.random.fork_rng(devices=[]):  # peft's draws leave the caller's random state alone
+    with torch.random.fork_rng(devices=[]):  # peft's draws come from `seed` and leave the caller's random state alone
+        torch.manual_seed(seed)
         base = _BASES.get(key)
         if base is None:
             p = load_policy(name, device=device, dtype=dtype, compute_dtype=compute_dtype, cache_dir=cache_dir)

@@ -545,11 +545,13 @@ def cleanup(self: Transport, keep_rounds: int, # rounds to keep, counting back f
 class MemoryTransport(Transport):
     "A pool in a dict shared by the nodes of one process."
     name = "memory"
-    def __init__(self, store: dict|None=None, # shared {round: {wire id: bytes}, "swarm": id}; new if None
+    def __init__(self, store: dict|None=None, # shared {round: {wire id: bytes}, "swarm": id, "lock": ...}; new if None
                  limits: PoolLimits|None=None, experiment: str="sapo", key_dir: str|Path|None=None):
         super().__init__(limits, experiment, key_dir)
         self.store = {} if store is None else store
-        self._lock = threading.Lock()
+        self._lock = self.store.setdefault("lock", threading.Lock())  # one for every transport on the store
+        if not isinstance(self._lock, type(threading.Lock())):
+            raise ValueError(f"store['lock'] is not a lock: {safe_text(repr(self._lock))}")
         self.swarm = self.store.setdefault("swarm", secrets.token_hex(16))  # the first transport on a store draws it
         if not (isinstance(self.swarm, str) and SWARM_RE.fullmatch(self.swarm)):
             raise ValueError(f"store['swarm'] is not a swarm id (32 hex characters): {safe_text(self.swarm)}")

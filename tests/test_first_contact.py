@@ -16,7 +16,7 @@ import torch
 from sapo_nb import node as node_module, panel
 from sapo_nb.monitor import SwarmWatcher, swarm_status, format_status
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
-from sapo_nb.node import SwarmNode
+from sapo_nb.node import SwarmNode, node_random_state
 from sapo_nb.generation import choose_backend
 from sapo_nb.durability import NodeLease, CheckpointError
 from sapo_nb.swarm import ProcessSwarm, UnsupportedPlatform, node_configs, stop_swarm, thread_share, set_threads
@@ -58,9 +58,12 @@ def test_resume_after_keep_one_is_exact(tmp_path, adapter, compute_dtype):
     to bfloat16."""
     def run_learning(cfg):  # a reward with spread (odd lengths earn 1), so that rounds train and weights move
         torch.manual_seed(ord(str(cfg.root)[-1]))  # the two runs start from other process states: nodes draw their own
+        process = torch.get_rng_state()
         n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
         n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
         n.run()
+        assert torch.equal(torch.get_rng_state(), process)  # ... and leave the process's alone
+        assert adapter != "lora" or not torch.equal(n.random_state, node_random_state(cfg))  # masks were drawn
         return n
     lora = dict(lora_dropout=0.1) if adapter == "lora" else {}  # masks drawn from the random state the checkpoint keeps
     straight = tiny(tmp_path / "a", rounds=5, compute_dtype=compute_dtype, adapter=adapter, **lora)

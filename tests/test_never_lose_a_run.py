@@ -178,7 +178,8 @@ def test_nodes_resumed_at_different_rounds_go_on_level(tmp_path, monkeypatch):
 def test_inline_nodes_with_dropout_resume_exactly(tmp_path):
     """Two LoRA nodes with dropout in one process, stopped after round 1 and resumed: each drew its masks from a random
     state of its own and kept it in its checkpoint, so both go on as nodes that never stopped, bit for bit (with one
-    state for the process, restored from each checkpoint in turn, their rounds after the resume differed)."""
+    state for the process the two swarms drew other masks: from their first update, after other draws of the process,
+    and after the resume, which restored each node's checkpoint over the same state in turn)."""
     from sapo_nb import swarm
     def build(c, **kw):  # a reward with spread (odd lengths earn 1), so that every round trains and draws masks
         n = SwarmNode(c, **kw)
