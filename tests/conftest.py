@@ -2,7 +2,8 @@
 
 `private_keys` gives a test its own key folder, `module_keys` one for all the tests of a module (hivemind nodes that
 live across tests); `tiny_config` is a node of the tiny random model that runs a round in milliseconds; `sapo_cli`
-runs the `sapo` command in this process; `LOOPBACK` keeps a hivemind node on 127.0.0.1 and `HIVEMIND_MISSING` says
+runs the `sapo` command in this process; `learning_node` is a node whose reward has spread, so that its
+rounds train; `LOOPBACK` keeps a hivemind node on 127.0.0.1 and `HIVEMIND_MISSING` says
 why hivemind tests skip. Tests import the helpers with `from conftest import tiny_config, sapo_cli` and ask for the
 fixtures by name (`pytestmark = pytest.mark.usefixtures("private_keys")`).
 """
@@ -50,6 +51,15 @@ def tiny_config(root, **kw):
     return SAPOConfig(**{**dict(model="tiny", mix="quick", root=str(root), node_id="node-0", local_questions=2,
                                 external_questions=0, completions_per_question=3, max_new_tokens=6, rounds=3,
                                 checkpoint_every=1, learning_rate=1e-3, transport="memory", eval_every=0), **kw})
+
+
+def learning_node(cfg, **kw):
+    """A `SwarmNode` of `cfg` (`kw` as `SwarmNode` takes them, or as `swarm.run_inline` builds one) whose reward has
+    spread on the tiny model, which never answers right: odd lengths earn 1, so that its rounds train and weights move."""
+    from sapo_nb.node import SwarmNode
+    n = SwarmNode(cfg, **kw)
+    n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
+    return n
 
 
 def sapo_cli(*args) -> tuple:

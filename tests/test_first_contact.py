@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sapo_cli as sapo, tiny_config as tiny
+from conftest import learning_node, sapo_cli as sapo, tiny_config as tiny
 import torch
 
 from sapo_nb import node as node_module, panel
@@ -56,11 +56,10 @@ def test_resume_after_keep_one_is_exact(tmp_path, adapter, compute_dtype):
     the checkpoint restored). The runs start from other random states of the process: a node draws from its own. A
     resumed LoRA node, whose adapter is no longer zero, still samples with the CPU decoding loop over its base narrowed
     to bfloat16."""
-    def run_learning(cfg):  # a reward with spread (odd lengths earn 1), so that rounds train and weights move
+    def run_learning(cfg):
         torch.manual_seed(ord(str(cfg.root)[-1]))  # the two runs start from other process states: nodes draw their own
         process = torch.get_rng_state()
-        n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
-        n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]
+        n = learning_node(cfg, transport=MemoryTransport(), log=lambda *_: None)
         n.run()
         assert torch.equal(torch.get_rng_state(), process)  # ... and leave the process's alone
         assert adapter != "lora" or not torch.equal(n.random_state, node_random_state(cfg))  # masks were drawn

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sapo_cli, tiny_config
+from conftest import learning_node, sapo_cli, tiny_config
 from sapo_nb.core import checkpoint_dir, metrics_path, read_jsonl
 from sapo_nb.node import SwarmNode
 from sapo_nb.transport import MemoryTransport
@@ -181,15 +181,11 @@ def test_inline_nodes_with_dropout_resume_exactly(tmp_path):
     state for the process the two swarms drew other masks: from their first update, after other draws of the process,
     and after the resume, which restored each node's checkpoint over the same state in turn)."""
     from sapo_nb import swarm
-    def build(c, **kw):  # a reward with spread (odd lengths earn 1), so that every round trains and draws masks
-        n = SwarmNode(c, **kw)
-        n.reward_fn = lambda entry, completions: [float(len(x) % 2) for x in completions]
-        return n
     straight, stopped = [swarm.node_configs(tiny_config(tmp_path / k, adapter="lora", lora_dropout=0.1, rounds=4,
                                                         transport="folder", external_questions=2), 2) for k in "ab"]
-    assert swarm.run_inline(straight, log=lambda *_: None, build=build) == {"node-0": "done", "node-1": "done"}
-    swarm.run_inline([c.replace(rounds=2) for c in stopped], log=lambda *_: None, build=build)
-    assert swarm.run_inline(stopped, log=lambda *_: None, build=build) == {"node-0": "done", "node-1": "done"}
+    assert swarm.run_inline(straight, log=lambda *_: None, build=learning_node) == {"node-0": "done", "node-1": "done"}
+    swarm.run_inline([c.replace(rounds=2) for c in stopped], log=lambda *_: None, build=learning_node)
+    assert swarm.run_inline(stopped, log=lambda *_: None, build=learning_node) == {"node-0": "done", "node-1": "done"}
     for a, b in zip(straight, stopped):
         rows_a, rows_b = read_jsonl(metrics_path(a)), read_jsonl(metrics_path(b))
         assert [r["round"] for r in rows_b] == [0, 1, 2, 3] and all(r["tokens_trained"] for r in rows_b[2:])

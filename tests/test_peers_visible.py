@@ -5,7 +5,7 @@ junk's refusals and the honest peers' contributions must show in each view. Tiny
 
 import pytest
 
-from conftest import sapo_cli
+from conftest import learning_node, sapo_cli
 from sapo_nb.config import SAPOConfig
 from sapo_nb.core import metrics_path, read_jsonl
 from sapo_nb.swarm import node_configs, run_inline
@@ -24,11 +24,8 @@ def swarm(tmp_path_factory):
                      learning_rate=1e-3, temperature=1.5)
     for r in range(cfg.rounds):  # the junk peer's file of every round, there before anyone collects
         d = root / "exp" / "rollouts" / f"round_{r}"; d.mkdir(parents=True); (d / f"{JUNK}.json").write_bytes(b"not json")
-    def build(c, **kw):  # a reward with spread (the tiny model never answers right): honest groups get taken
-        from sapo_nb.node import SwarmNode
-        n = SwarmNode(c, **kw); n.reward_fn = lambda entry, completions: [float(len(x) % 2) for x in completions]
-        return n
-    assert set(run_inline(node_configs(cfg, 3), log=lambda *_: None, build=build).values()) == {"done"}
+    # a reward with spread: honest groups get taken
+    assert set(run_inline(node_configs(cfg, 3), log=lambda *_: None, build=learning_node).values()) == {"done"}
     yield root, cfg
     mp.undo()
 
@@ -78,15 +75,12 @@ def test_nodes_of_one_process_on_the_memory_pool_each_count_their_refusals(tmp_p
     """An inline swarm on the memory pool, beside the junk peer: each node reads the pool through a view of its own,
     so every node's rows show the junk it refused (with one view for the process, the first node to read a file kept
     its refusal, the others found it in the view's cache and showed none)."""
-    from sapo_nb.node import SwarmNode
     cfg = SAPOConfig(model="tiny", mix="quick", root=str(tmp_path), experiment="exp", local_questions=2,
                      external_questions=2, completions_per_question=3, max_new_tokens=6, rounds=2, eval_every=0,
                      checkpoint_every=0, learning_rate=1e-3, transport="memory")
     def build(c, transport, **kw):
         for r in range(cfg.rounds): transport.store.setdefault(r, {})[JUNK] = b"not json"  # there before anyone reads
-        n = SwarmNode(c, transport=transport, **kw)
-        n.reward_fn = lambda entry, completions: [float(len(x) % 2) for x in completions]
-        return n
+        return learning_node(c, transport=transport, **kw)
     assert set(run_inline(node_configs(cfg, 2), log=lambda *_: None, build=build).values()) == {"done"}
     for node in ("node-0", "node-1"):
         rows = read_jsonl(metrics_path(cfg.replace(node_id=node)))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sapo_cli, tiny_config
+from conftest import learning_node, sapo_cli, tiny_config
 from sapo_nb.generation import generate_completions
 from sapo_nb.models import load_policy, push_to_hub
 from sapo_nb.node import SwarmNode, ExportError, save_model
@@ -26,8 +26,7 @@ def greedy(model, tokenizer) -> list:
 def trained(tmp_path):
     "A LoRA node trained three rounds (its checkpoint kept) and the greedy answers of its trained policy."
     cfg = tiny_config(tmp_path, adapter="lora", rounds=3, learning_rate=1e-2, experiment="run")
-    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
-    n.reward_fn = lambda entry, completions: [float(len(c) % 2) for c in completions]  # spread: the tiny model learns
+    n = learning_node(cfg, transport=MemoryTransport(), log=lambda *_: None)
     n.resume(); n.step(); n.step(); n.step()
     assert any(v.abs().sum() > 0 for k, v in n.policy.state_dict().items() if "lora_B" in k)  # it trained
     answers = greedy(n.policy.sampler(), n.policy.tokenizer)
