@@ -322,6 +322,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=330, help="seconds for all stages together")
     ap.add_argument("--out", default=None, help="default: bench/results/gpu_<device name>.json")
     ap.add_argument("--stages", default="roofline,models,rounds_1,plain_generate,rounds_1_compiled,rounds_n_lora,rounds_n,fits")
+    ap.add_argument("--stage-seconds", default="", help="seconds for given stages, e.g. rounds_1_compiled=150,rounds_n_lora=80 "
+                                                         "(default: twice the stage's share of --budget)")
     args = ap.parse_args(argv)
     import torch, transformers
     transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()
@@ -345,6 +347,7 @@ def main(argv=None):
                   plain_generate=(stage_plain_generate, 0.1), rounds_1_compiled=(stage_rounds(1, ("none",), 3, True), 0.08),
                   rounds_n_lora=(stage_rounds(args.nodes, ("lora",), 1), 0.2),
                   rounds_n=(stage_rounds(args.nodes, ("none",), 1), 0.35), fits=(stage_fits, 0.02))
+    given = {k: float(v) for k, v in (kv.split("=") for kv in args.stage_seconds.split(",") if kv)}
     deadline = time.monotonic() + args.budget
     signal.signal(signal.SIGALRM, _alarm)
     for key in args.stages.split(","):
@@ -352,7 +355,7 @@ def main(argv=None):
         left = deadline - time.monotonic()
         if left < 5 or (key != "models" and key not in ("roofline", "fits") and not ctx["dirs"]):
             ctx["results"][key] = dict(status="skipped", why="no time left" if left < 5 else "no model folders"); save(args, ctx); continue
-        budget = max(5.0, min(left, share * args.budget * 2))  # a stage may use up to twice its share of what is left
+        budget = max(5.0, min(left, given.get(key, share * args.budget * 2)))  # by default twice its share, at most what is left
         t0 = time.perf_counter(); ctx["partial"] = []
         signal.setitimer(signal.ITIMER_REAL, budget)
         try:

@@ -93,8 +93,22 @@ def test_compiled_decoding_samples_what_the_dynamic_cache_samples():
     assert counters["stats"]["unique_graphs"] > graphs  # transformers did compile the decoding step
 
 
+def gradients_at_step(trainer) -> dict:
+    "Fills, at the trainer's next optimizer step, a dict of every trained parameter's gradient (float32, on the CPU)."
+    grads, step = {}, trainer.opt.step
+    def recording_step(*a, **k):
+        grads.update({n: t.grad.detach().float().cpu().clone() for n, t in trainer.model.named_parameters()
+                      if t.requires_grad and t.grad is not None})
+        return step(*a, **k)
+    trainer.opt.step = recording_step
+    return grads
+
+
 @pytest.mark.parametrize("adapter", ["none", "lora"])
 def test_grpo_step_matches_the_cpu(adapter):
+    """Loss, gradient norm, entropy and every gradient agree with the CPU's. (The weights after Adam's first step are
+    not compared: it moves each weight by about lr * g / (|g| + eps), so a gradient near eps turns rounding into a
+    step of up to lr.)"""
     def step(device):
         p = (load_policy("tiny", device=device, **F32) if adapter == "none"
              else lora_policy("tiny", f"grpo-{device}", rank=4, seed=1, device=device, **F32))
@@ -105,15 +119,17 @@ def test_grpo_step_matches_the_cpu(adapter):
                         if "lora_B" in name: t.copy_(torch.linspace(-0.05, 0.05, t.numel()).view_as(t))
             trainer = GRPOTrainer(p.model, p.tokenizer, learning_rate=1e-2, max_new_tokens=8,
                                   compute_dtype=p.compute_dtype)
-            return trainer.step(groups()), {k: v.detach().float().cpu() for k, v in p.model.named_parameters() if v.requires_grad}
+            grads = gradients_at_step(trainer)
+            return trainer.step(groups()), {k.replace(f"grpo-{device}", "x"): g for k, g in grads.items()}
         finally:
             if adapter == "lora": p.release()
-    (gpu, w_gpu), (cpu, w_cpu) = step("cuda"), step("cpu")
+    (gpu, g_gpu), (cpu, g_cpu) = step("cuda"), step("cpu")
     assert gpu.tokens_trained == cpu.tokens_trained > 0
     for k in ("loss", "grad_norm", "entropy"):
         assert getattr(gpu, k) == pytest.approx(getattr(cpu, k), rel=1e-3, abs=1e-5), k
-    assert [k.replace("grpo-cuda", "x") for k in w_gpu] == [k.replace("grpo-cpu", "x") for k in w_cpu]
-    for (k, a), b in zip(w_gpu.items(), w_cpu.values()): torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5, msg=k)
+    assert list(g_gpu) == list(g_cpu) and len(g_cpu) > 0
+    for k, b in g_cpu.items():  # to rounding, relative to the tensor's largest gradient
+        torch.testing.assert_close(g_gpu[k], b, rtol=1e-3, atol=1e-4 * float(b.abs().max()) + 1e-12, msg=k)
 
 
 def test_a_batch_of_several_adapters_answers_as_each_alone():
