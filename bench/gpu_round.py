@@ -137,9 +137,11 @@ def run_rounds(args, ctx, shape, nodes, adapter, rounds, compiled=False) -> dict
     cfg = base_config(args, ctx["dirs"][shape], adapter, rounds, exp, ctx["root"], compiled)
     mem = Memory(args.device).start()
     t0 = time.perf_counter()
-    done = run_inline(node_configs(cfg, nodes), log=lambda *a: None, build=build_node)
+    said = []  # what the nodes said of failures (a batch of several nodes that fell back, say), kept in the result
+    log = lambda *a: said.append(" ".join(map(str, a))) if "fail" in " ".join(map(str, a)) else None
+    done = run_inline(node_configs(cfg, nodes), log=log, build=build_node)
     wall, peak = time.perf_counter() - t0, mem.peak()
-    if set(done.values()) != {"done"}: raise RuntimeError(f"nodes failed: {done}")
+    if set(done.values()) != {"done"}: raise RuntimeError(f"nodes failed: {done}; they said: {said[:3]}")
     last = []
     for i in range(nodes):
         rows = (experiment_dir(cfg) / "logs" / f"node-{i}" / "metrics.jsonl").read_text().splitlines()
@@ -157,7 +159,7 @@ def run_rounds(args, ctx, shape, nodes, adapter, rounds, compiled=False) -> dict
                tokens_generated=toks, tokens_per_s=round(toks / gen_s, 1) if gen_s else None,
                peak_bytes=peak, peak_per_node_gib=round(peak / nodes / 2**30, 3),
                estimate_bytes=est.total, estimate_tensor_bytes=int(tensors), estimate_over_measured=round(est.total / peak, 3) if peak > 0 else None,
-               estimate=est.describe(), pool_selected=[r["pool_selected"] for r in last])
+               estimate=est.describe(), pool_selected=[r["pool_selected"] for r in last], said=said[:5])
     out["roofline"] = roofline_tokens_per_s(ctx, shape, cfg, nodes, compute)
     if out["tokens_per_s"] and out["roofline"]: out["of_roofline"] = round(out["tokens_per_s"] / out["roofline"]["tokens_per_s"], 3)
     return out

@@ -13,7 +13,8 @@ from .decoding import (InverseCDFSampler, SampledLogprobs, decode_completions, d
 # %% auto #0
 __all__ = ['BACKENDS', 'STATIC_CACHE', 'KEEPS_DYNAMIC', 'Completions', 'generate_completions', 'eos_ids', 'encode_prompts',
            'completions_from_ids', 'sampling_config', 'generate_ids', 'sample_with_generate', 'row_uniforms',
-           'choose_backend', 'static_cache_config', 'static_cache_problem', 'static_cache_works', 'uses_static_cache']
+           'choose_backend', 'drop_adapter_hooks', 'static_cache_config', 'static_cache_problem', 'static_cache_works',
+           'uses_static_cache']
 
 # %% ../nbs/07_generation.ipynb #a2f6ee58
 def _torch():
@@ -154,6 +155,9 @@ def generate_ids(model, input_ids, attention_mask,  # left-padded prompts [P, T]
         out = model.generate(input_ids=input_ids.repeat_interleave(G, 0),
                              attention_mask=attention_mask.repeat_interleave(G, 0),
                              generation_config=config, logits_processor=logits_processor, **kwargs)
+    except Exception:
+        if "adapter_names" in kwargs: drop_adapter_hooks(model)  # peft leaves them on when generate raises
+        raise
     finally: model.generation_config = own
     return out[:, input_ids.shape[1]:]
 
@@ -207,6 +211,21 @@ def choose_backend(model, backend:str="auto") -> str:
                       f"(transformers {transformers.__version__}: {problem})",
                       RuntimeWarning, stacklevel=3)
     return "generate"
+
+# %% ../nbs/07_generation.ipynb #453f2c3b
+def drop_adapter_hooks(model) -> int:
+    """Take off `model`'s layers the hooks that give each row its adapter (peft's `adapter_names`), as a `generate`
+    that raised leaves them; the number taken off."""
+    import functools
+    n = 0
+    for module in model.modules():
+        for key, hook in list(module._forward_pre_hooks.items()):
+            if isinstance(hook, functools.partial) and "adapter_names" in hook.keywords:
+                del module._forward_pre_hooks[key]
+                module._forward_pre_hooks_with_kwargs.pop(key, None)
+                n += 1
+    return n
+
 
 # %% ../nbs/07_generation.ipynb #fc5c857c
 from .models import static_cache_length  # a static cache's positions, rounded up to `CACHE_BUCKET`
