@@ -5,11 +5,13 @@
 # bench/gpu_learn.sh on real weights. Run it right before the calls: the sizes follow the tree as it is. The parts
 # land in bench/gguf/<n>/ (git-ignored), each with the whole file's SHA-256 and the number of parts, and are put back
 # together there. The calls follow each other on one warm machine (it goes back after 30 s idle, and with it what
-# the earlier calls left in /tmp); with today's tree, three:
+# the earlier calls left in /tmp). With nbs/ left behind (bench/gpu_slim_tree.sh), two, as on 2026-11-27 (an H100:
+# 341 s for the first call, 122 s for the second, 40 rounds of learning included):
 #
-#   bash bench/gpu_wheels.sh && bash bench/gpu_weights.sh
-#   call 1: carry ["bench/wheels", "bench/gguf/1"], command: SAPO_GPU_SECONDS=400 bash bench/gpu_check.sh; bash bench/gpu_learn.sh
-#   call n: carry ["bench/gguf/<n>"],               command: bash bench/gpu_learn.sh     (the last joins, checks, learns)
+#   bash bench/gpu_wheels.sh && bash bench/gpu_slim_tree.sh on && bash bench/gpu_weights.sh
+#   call 1: carry ["bench/wheels", "bench/gguf/1"], command: SAPO_GPU_SECONDS=340 bash bench/gpu_check.sh; bash bench/gpu_learn.sh
+#   call 2: carry ["bench/gguf/2"],                 command: SAPO_LEARN_SECONDS=200 bash bench/gpu_learn.sh  (joins, checks, learns)
+#   bash bench/gpu_slim_tree.sh off
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
