@@ -111,6 +111,13 @@ class Memory:
         if self.device.startswith("cuda"): return torch.cuda.max_memory_allocated() - self.base
         return self._rss("VmHWM") - self.base
 
+    def held(self) -> dict:
+        "On CUDA: the allocator's peak reserve (its cache included) and what the card has in use now (the context too)."
+        import torch
+        if not self.device.startswith("cuda"): return {}
+        free, total = torch.cuda.mem_get_info()
+        return dict(peak_reserved_bytes=torch.cuda.max_memory_reserved(), card_used_bytes=total - free)
+
 
 def prompt_tokens(tok, n=64) -> int:
     "The longest of the first `n` `quick` prompts, in this tokenizer's tokens."
@@ -140,7 +147,7 @@ def run_rounds(args, ctx, shape, nodes, adapter, rounds, compiled=False) -> dict
     said = []  # what the nodes said of failures (a batch of several nodes that fell back, say), kept in the result
     log = lambda *a: said.append(" ".join(map(str, a))) if "fail" in " ".join(map(str, a)) else None
     done = run_inline(node_configs(cfg, nodes), log=log, build=build_node)
-    wall, peak = time.perf_counter() - t0, mem.peak()
+    wall, peak, held = time.perf_counter() - t0, mem.peak(), mem.held()
     if set(done.values()) != {"done"}: raise RuntimeError(f"nodes failed: {done}; they said: {said[:3]}")
     last = []
     for i in range(nodes):
@@ -159,7 +166,7 @@ def run_rounds(args, ctx, shape, nodes, adapter, rounds, compiled=False) -> dict
                tokens_generated=toks, tokens_per_s=round(toks / gen_s, 1) if gen_s else None,
                peak_bytes=peak, peak_per_node_gib=round(peak / nodes / 2**30, 3),
                estimate_bytes=est.total, estimate_tensor_bytes=int(tensors), estimate_over_measured=round(est.total / peak, 3) if peak > 0 else None,
-               estimate=est.describe(), pool_selected=[r["pool_selected"] for r in last], said=said[:5])
+               estimate=est.describe(), pool_selected=[r["pool_selected"] for r in last], said=said[:5], **held)
     out["roofline"] = roofline_tokens_per_s(ctx, shape, cfg, nodes, compute)
     if out["tokens_per_s"] and out["roofline"]: out["of_roofline"] = round(out["tokens_per_s"] / out["roofline"]["tokens_per_s"], 3)
     return out

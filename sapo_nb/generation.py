@@ -155,7 +155,7 @@ def generate_ids(model, input_ids, attention_mask,  # left-padded prompts [P, T]
         out = model.generate(input_ids=input_ids.repeat_interleave(G, 0),
                              attention_mask=attention_mask.repeat_interleave(G, 0),
                              generation_config=config, logits_processor=logits_processor, **kwargs)
-    except Exception:
+    except BaseException:  # an interrupt included
         if "adapter_names" in kwargs: drop_adapter_hooks(model)  # peft leaves them on when generate raises
         raise
     finally: model.generation_config = own
