@@ -11,11 +11,11 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES',
-           'Group', 'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular',
-           'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'atomic_write', 'read_json_file',
-           'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs', 'experiment_dir', 'metrics_path',
-           'checkpoint_dir', 'eval_records_path', 'provenance_path', 'is_finite', 'is_count', 'RoundMetrics',
-           'valid_metrics_row', 'metric_columns', 'provenance']
+           'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow',
+           'open_regular', 'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'atomic_write',
+           'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs', 'experiment_dir',
+           'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'is_finite', 'is_count',
+           'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -437,6 +437,19 @@ def _cpu_model() -> str:
     except OSError: pass
     return platform.processor() or platform.machine()
 
+# the instruction sets that decide which kernels, so which roundings, a CPU's float and bfloat16 matmuls take
+NUMERIC_CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni")
+
+def _cpu_features() -> list|None:
+    "Which of `NUMERIC_CPU_FEATURES` the CPU has (Linux: /proc/cpuinfo's flags); None where that is not known."
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in NUMERIC_CPU_FEATURES if f in have]
+    except OSError: pass
+    return None
+
 # %% ../nbs/00_core.ipynb #626b92ef
 def provenance(device:str|None=None,        # the device the policy is on ('cpu', 'cuda:0')
                dtype:str|None=None,         # the weights' dtype
@@ -452,6 +465,6 @@ def provenance(device:str|None=None,        # the device the policy is on ('cpu'
     torch = sys.modules.get("torch")  # read only if already imported: recording provenance never imports torch
     return dict(commit=commit, dirty=dirty, head=_git("rev-parse", "HEAD"),
                 packages={p: version(p) for p in PROVENANCE_PACKAGES},
-                python=platform.python_version(), cpu=_cpu_model(), cores=os.cpu_count(),
+                python=platform.python_version(), cpu=_cpu_model(), cpu_features=_cpu_features(), cores=os.cpu_count(),
                 threads=torch.get_num_threads() if torch else None,
                 device=device, dtype=dtype, compute_dtype=compute_dtype)
