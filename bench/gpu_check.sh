@@ -17,6 +17,7 @@ PY=${PY:-python3}
 OUT=${OUT:-}
 SITE=/tmp/sapo-site
 t0=$(date +%s)
+STAMP=$(mktemp); touch "$STAMP"  # files under bench/results newer than this are this call's
 if ls bench/wheels/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" bench/wheels/*.whl \
     || echo "gpu_check: installing the carried wheels failed" >&2
@@ -35,4 +36,7 @@ echo "gpu_check: tests exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
 left=$(( ${SAPO_GPU_SECONDS:-460} - ($(date +%s) - t0) ))
 timeout $(( left > 60 ? left : 60 )) $PY bench/gpu_round.py --budget $(( left > 90 ? left - 30 : 60 )) "$@" 2>&1 | tee bench/results/gpu_round.log
 echo "gpu_check: rounds exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
-if [ -n "$OUT" ]; then cp bench/results/gpu_*.json bench/results/gpu_pytest.log bench/results/gpu_round.log "$OUT"/ 2>/dev/null; fi
+# only what this call wrote: a call brings back at most 8 files, and the committed results of other cards need not come
+if [ -n "$OUT" ]; then
+  find bench/results -maxdepth 1 -name 'gpu_*' -newer "$STAMP" -type f -exec cp {} "$OUT"/ \; 2>/dev/null
+fi
