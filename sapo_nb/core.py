@@ -428,27 +428,26 @@ def _git(*args) -> str|None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 # %% ../nbs/00_core.ipynb #46e5415b
+def _cpuinfo(field:str) -> str|None:
+    "The first value of `field` in /proc/cpuinfo (Linux); None where there is none."
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(field): return line.split(":", 1)[1].strip()
+    except OSError: pass
+    return None
+
 def _cpu_model() -> str:
     "The CPU's model name (Linux: /proc/cpuinfo), else what `platform` says."
     import platform
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"): return line.split(":", 1)[1].strip()
-    except OSError: pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 # the instruction sets that decide which kernels, so which roundings, a CPU's float and bfloat16 matmuls take
 NUMERIC_CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni")
 
 def _cpu_features() -> list|None:
     "Which of `NUMERIC_CPU_FEATURES` the CPU has (Linux: /proc/cpuinfo's flags); None where that is not known."
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return [f for f in NUMERIC_CPU_FEATURES if f in have]
-    except OSError: pass
-    return None
+    flags = _cpuinfo("flags")
+    return None if flags is None else [f for f in NUMERIC_CPU_FEATURES if f in flags.split()]
 
 # %% ../nbs/00_core.ipynb #626b92ef
 def provenance(device:str|None=None,        # the device the policy is on ('cpu', 'cuda:0')
