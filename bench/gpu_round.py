@@ -145,7 +145,9 @@ def run_rounds(args, ctx, shape, nodes, adapter, rounds, compiled=False) -> dict
     mem = Memory(args.device).start()
     t0 = time.perf_counter()
     said = []  # what the nodes said of failures (a batch of several nodes that fell back, say), kept in the result
-    log = lambda *a: said.append(" ".join(map(str, a))) if "fail" in " ".join(map(str, a)) else None
+    def log(*a):
+        line = " ".join(map(str, a))
+        if "fail" in line: said.append(line)
     done = run_inline(node_configs(cfg, nodes), log=log, build=build_node)
     wall, peak, held = time.perf_counter() - t0, mem.peak(), mem.held()
     if set(done.values()) != {"done"}: raise RuntimeError(f"nodes failed: {done}; they said: {said[:3]}")
