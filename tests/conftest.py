@@ -2,10 +2,10 @@
 
 `private_keys` gives a test its own key folder, `module_keys` one for all the tests of a module (hivemind nodes that
 live across tests); `tiny_config` is a node of the tiny random model that runs a round in milliseconds; `sapo_cli`
-runs the `sapo` command in this process; `learning_node` is a node whose reward has spread, so that its
-rounds train; `LOOPBACK` keeps a hivemind node on 127.0.0.1 and `HIVEMIND_MISSING` says
-why hivemind tests skip. Tests import the helpers with `from conftest import tiny_config, sapo_cli` and ask for the
-fixtures by name (`pytestmark = pytest.mark.usefixtures("private_keys")`).
+runs the `sapo` command in this process; `learning_node` is a node whose reward has spread, so that its rounds train;
+`LOOPBACK` keeps a hivemind node on 127.0.0.1 and `HIVEMIND_MISSING` says why hivemind tests skip. Tests import the
+helpers with `from conftest import tiny_config, sapo_cli` and ask for the fixtures by name
+(`pytestmark = pytest.mark.usefixtures("private_keys")`).
 """
 import contextlib, io, os, shutil, tempfile
 
