@@ -2,15 +2,18 @@
 
     nice -n 19 python bench/plan_in_background.py sharing --root /work/runs --data nbs/data &
 
-A plan is pinned to one library commit (`plan.json`, see `20_experiments`). To keep working on the library while a
-plan runs, run the plan from a worktree of that commit and commit its results into the main checkout:
+A plan is pinned to one library commit and one machine type (`plan.json`, see `20_experiments`). To keep working on
+the library while a plan runs, run the plan from a worktree of that commit and commit its results into the main
+checkout:
 
     git worktree add ../plan <commit> && PYTHONPATH=../plan nice -n 19 python ../plan/bench/plan_in_background.py \
         decisive --root /work/runs --data nbs/data --repo . --stop-on-verdict &
 
 The metrics (not the checkpoints) of run `<config>/seed_<s>` are copied to `<data>/<plan>/<config>/seed_<s>/`, with
-`environment.json` (the CPU and the versions of torch, transformers and peft, which the numbers can depend on), and
-committed at once, so a plan spans several working sessions, even on fresh machines: a run whose committed metrics
+`environment.json` (the machine type and the versions of torch, transformers and peft, which the numbers can depend
+on), and committed at once with `plan.json`, so a plan spans several working sessions, even on fresh machines: the
+committed `plan.json` keeps the pins where `--root` is empty (another commit or machine type is refused unless
+`--other-commit` / `--other-machine` says so), a run whose committed metrics
 are complete is skipped, a run stopped half-way resumes from its checkpoints under `--root` when they are still
 there, and starts over when they are not. Runs go seed by seed, so what has landed is always complete pairs plus at
 most one unpaired run.
@@ -25,6 +28,7 @@ landed and which started from a model other than this machine's is run again her
 """
 import argparse, hashlib, importlib.metadata, json, platform, shutil, subprocess, sys, time
 from pathlib import Path
+from sapo_nb.core import machine_type
 from sapo_nb.experiments import resolve_plan, run_plan, run_complete
 
 
@@ -48,16 +52,23 @@ def main(argv=None):
     p.add_argument("--repo", default=None, help="the checkout results are committed into (default: this script's)")
     p.add_argument("--stop-on-verdict", action="store_true",
                    help="stop when the pre-registered rule (analysis.plan_verdict) gives 'helps' or 'hurts' at a look")
+    p.add_argument("--other-commit", action="store_true", help="add runs of this commit to a plan pinned to another")
+    p.add_argument("--other-machine", action="store_true",
+                   help="add runs on this machine type to a plan pinned to another")
     a = p.parse_args(argv)
     repo = Path(a.repo).resolve() if a.repo else Path(__file__).resolve().parents[1]
     committed = resolve_plan(a.plan, a.data, seeds=a.seeds)
     resolved = resolve_plan(a.plan, a.root, seeds=a.seeds)
+    here, saved_plan = Path(resolved["dir"]) / "plan.json", Path(committed["dir"]) / "plan.json"
+    if not here.exists() and saved_plan.exists():  # a fresh machine: the committed record carries the pins
+        here.parent.mkdir(parents=True, exist_ok=True); shutil.copy2(saved_plan, here)
     for run, saved in zip(resolved["runs"], committed["runs"]):
         tag = f"{a.plan} {run['config']} seed {run['seed']}"
         if run_complete(saved["cfgs"]) and not unpaired_elsewhere(run, saved, resolved, committed):
             print(f"{tag}: already committed", flush=True); continue
         t0 = time.perf_counter()
-        summary = run_plan(a.plan, a.root, seeds=[run["seed"]], only=[run["config"]], keep_checkpoints=False)
+        summary = run_plan(a.plan, a.root, seeds=[run["seed"]], only=[run["config"]], keep_checkpoints=False,
+                           other_commit=a.other_commit, other_machine=a.other_machine)
         if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]): land_strong(resolved, committed, a, repo)
         mine = next((s for s in summary if s["config"] == run["config"]), summary[-1])  # or the strong node's failure
         if mine["status"] not in ("done", "skipped"): print(f"{tag}: {mine}", flush=True); continue
@@ -119,10 +130,8 @@ def land_strong(resolved, committed, a, repo):
 
 
 def environment() -> dict:
-    "What a run's numbers can depend on beyond its config: the CPU and the versions of the packages that compute."
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")),
-               platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()
-    return dict(cpu=cpu, python=platform.python_version(),
+    "What a run's numbers can depend on beyond its config: the machine type and the versions of the computing packages."
+    return dict(**machine_type(), python=platform.python_version(),
                 **{k: importlib.metadata.version(k) for k in ("torch", "transformers", "peft")})
 
 
@@ -135,8 +144,9 @@ def land(run, saved, a, committed, repo, what) -> bool:
         model = next(c.model for c in run["cfgs"] if c.node_id == committed["strong"]["node"])
         (dst / "strong_model.json").write_text(json.dumps({"sha256": model_sha256(model)}) + "\n")
     (dst / "environment.json").write_text(json.dumps(environment()) + "\n")
-    plan_json = Path(committed["dir"]) / "plan.json"
-    shutil.copy2(Path(a.root) / a.plan / "plan.json", plan_json)
+    plan_json = Path(committed["dir"]) / "plan.json"  # the landed run ran rounds: the plan has started, pins hold
+    record = json.loads((Path(a.root) / a.plan / "plan.json").read_text())
+    plan_json.write_text(json.dumps({**record, "started": True}, indent=1))
     return commit([dst, plan_json], f"{a.plan}: metrics of {what}", repo)
 
 

@@ -117,6 +117,12 @@ def config_label(nodes:list) -> str|None:
 # %% ../nbs/19_analysis.ipynb #c32c13f0
 PROVENANCE_COLUMNS = ("commits", "dirty", "cpu", "device")  # per run, from logs/<node_id>/provenance.jsonl
 
+def _cpu_label(start:dict) -> str|None:
+    "A node start's CPU as a report names it: its model name, with its numeric features where the start recorded them."
+    cpu, features = start.get("cpu"), start.get("cpu_features")
+    if cpu in (None, ""): return None
+    return f"{cpu} [{' '.join(map(str, features))}]" if isinstance(features, list) else str(cpu)
+
 def run_provenance(
     run_dir, # the run folder
 ) -> dict: # commits, dirty, cpu, device: None where no node start recorded it
@@ -127,7 +133,8 @@ def run_provenance(
     commits = [c for c in vals("commit") if re.fullmatch(r"[0-9a-f]{40}", c)]
     dirty = [r["dirty"] for r in starts if isinstance(r.get("dirty"), bool)]
     return dict(commits=",".join(commits) or None, dirty=any(dirty) if dirty else None,
-                cpu="; ".join(vals("cpu")) or None, device=", ".join(vals("device")) or None)
+                cpu="; ".join(sorted({c for r in starts if (c := _cpu_label(r))})) or None,
+                device=", ".join(vals("device")) or None)
 
 # %% ../nbs/19_analysis.ipynb #b7cb25f9
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)

@@ -15,7 +15,7 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES
            'open_regular', 'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'atomic_write',
            'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs', 'experiment_dir',
            'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'is_finite', 'is_count',
-           'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'provenance']
+           'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -449,13 +449,22 @@ def _cpu_features() -> list|None:
     flags = _cpuinfo("flags")
     return None if flags is None else [f for f in NUMERIC_CPU_FEATURES if f in flags.split()]
 
+def machine_type() -> dict:
+    """What decides a run's arithmetic besides its code and seed: the CPU's name, its numeric features, its cores
+    (the threads a matmul splits over) and the names of the GPUs torch sees (none unless torch is already imported)."""
+    import os, sys
+    torch = sys.modules.get("torch")
+    gpus = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            if torch is not None and torch.cuda.is_available() else [])
+    return dict(cpu=_cpu_model(), cpu_features=_cpu_features(), cores=os.cpu_count(), gpus=gpus)
+
 # %% ../nbs/00_core.ipynb #626b92ef
 def provenance(device:str|None=None,        # the device the policy is on ('cpu', 'cuda:0')
                dtype:str|None=None,         # the weights' dtype
                compute_dtype:str|None=None, # the autocast dtype of the forward passes, if any
               ) -> dict:
     "What code and machine are running: commit, dirty flag, package versions, CPU, threads, device and dtypes."
-    import importlib.metadata as md, os, platform, sys
+    import importlib.metadata as md, platform, sys
     def version(name):
         try: return md.version(name)
         except md.PackageNotFoundError: return None
@@ -464,6 +473,5 @@ def provenance(device:str|None=None,        # the device the policy is on ('cpu'
     torch = sys.modules.get("torch")  # read only if already imported: recording provenance never imports torch
     return dict(commit=commit, dirty=dirty, head=_git("rev-parse", "HEAD"),
                 packages={p: version(p) for p in PROVENANCE_PACKAGES},
-                python=platform.python_version(), cpu=_cpu_model(), cpu_features=_cpu_features(), cores=os.cpu_count(),
-                threads=torch.get_num_threads() if torch else None,
+                python=platform.python_version(), **machine_type(), threads=torch.get_num_threads() if torch else None,
                 device=device, dtype=dtype, compute_dtype=compute_dtype)

@@ -7,14 +7,15 @@ from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name
-from .core import experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance
+from .core import (experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance,
+                          machine_type)
 from .durability import checkpoint_rounds
 from .swarm import node_configs, run_inline, parse_override
 from .node import save_model
 
 # %% auto #0
 __all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done', 'resume_from', 'run_complete', 'PlanCommitError',
-           'run_plan', 'add_experiment_args', 'experiment_main']
+           'PlanMachineError', 'run_plan', 'add_experiment_args', 'experiment_main']
 
 # %% ../nbs/20_experiments.ipynb #b3f04830
 _IJ = lambda i, j: {f"{i}-{j}": dict(local_questions=i, external_questions=j)}
@@ -204,29 +205,54 @@ def _plan_record(resolved:dict) -> dict:
 class PlanCommitError(ValueError):
     "A plan whose runs are pinned to one library commit, asked to add runs of another."
 
+class PlanMachineError(ValueError):
+    "A plan whose runs are pinned to one machine type, asked to add runs on another."
+
 # %% ../nbs/20_experiments.ipynb #eaea6160
-def _pin(old:dict|None, resolved:dict, library:dict, other_commit:bool, log) -> dict:
-    "The library (commit, dirty) the plan's runs are pinned to: the one that ran its first rounds; another if told."
-    pinned = (old or {}).get("library")
-    started = any(any(rounds_done(r["cfgs"]).values()) for r in resolved["runs"])
-    if not (pinned and started) or pinned == library: return library
-    msg = (f"plan {resolved['name']}: its runs are pinned to library commit {pinned.get('commit')} (dirty: "
-           f"{pinned.get('dirty')}); this library is {library['commit']} (dirty: {library['dirty']})")
-    if not other_commit:
-        raise PlanCommitError(f"{msg}. Run it from that commit (git checkout), or pass --other-commit to add runs of "
-                              "this one (the analysis then refuses to pair runs of different commits unless told)")
-    log(f"note: {msg}; adding runs of this commit, as asked")
+# what a plan pins its runs to: plan.json's key -> (what it is, the argument that overrides it, the error, the remedy,
+# what follows when told)
+_PINS = dict(
+    library=("library commit", "other_commit", PlanCommitError, "Run it from that commit (git checkout)",
+             "the analysis then refuses to pair runs of different commits unless told"),
+    machine=("machine type", "other_machine", PlanMachineError, "Run it on a machine of that type",
+             "each node's provenance names the machine it ran on: report seeds whose runs ran on two types"))
+
+def _plan_started(old:dict|None, resolved:dict) -> bool:
+    "Whether the plan has run a round: as its last `plan.json` says, or as any metrics file in its folder shows."
+    return (bool((old or {}).get("started"))
+            or any(f.stat().st_size for f in Path(resolved["dir"]).glob("**/metrics.jsonl")))
+
+def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, plan:str, log) -> dict:
+    "What the plan's runs are pinned to under `key` (`_PINS`): what ran its first rounds, kept when told; else `here`."
+    pinned = (old or {}).get(key)
+    if not (pinned and started) or pinned == here: return here
+    what, arg, error, remedy, then = _PINS[key]
+    differ = [k for k in dict.fromkeys([*pinned, *here]) if pinned.get(k) != here.get(k)]
+    show = lambda d: ", ".join(f"{k} {d.get(k)}" for k in differ)
+    msg = f"plan {plan}: its runs are pinned to {what} ({show(pinned)}); this one has {show(here)}"
+    if not told: raise error(f"{msg}. {remedy}, or pass --{arg.replace('_', '-')} ({arg}=True) to add runs of this "
+                             f"{what} ({then})")
+    log(f"note: {msg}; adding runs of this {what}, as asked")
     return pinned
 
 # %% ../nbs/20_experiments.ipynb #34b149ef
-def _write_plan_json(resolved:dict, log, other_commit:bool=False, library:dict|None=None):
-    "Write `plan.json`: the resolved plan and the library commit its runs are pinned to (`library`: this checkout's)."
+def _write_plan_json(
+    resolved:dict, log,
+    other_commit:bool=False, # add runs of another library commit (see `_pin`)
+    library:dict|None=None, # commit and dirty flag of the library adding runs (default: this checkout's)
+    other_machine:bool=False, # add runs on another machine type
+    machine:dict|None=None, # the machine type adding runs (default: `machine_type()`)
+):
+    "Write `plan.json`: the resolved plan, the library commit and machine type its runs are pinned to, if it began."
     path = Path(resolved["dir"]) / "plan.json"
     new = _plan_record(resolved)
     try: old = json.loads(path.read_text())
     except (OSError, ValueError): old = None
-    here = provenance() if library is None else library
-    new["library"] = _pin(old, resolved, dict(commit=here["commit"], dirty=here["dirty"]), other_commit, log)
+    here, started = provenance() if library is None else library, _plan_started(old, resolved)
+    pin = lambda key, now, told: _pin(key, old, now, started, told, resolved["name"], log)
+    new["library"] = pin("library", dict(commit=here["commit"], dirty=here["dirty"]), other_commit)
+    new["machine"] = pin("machine", machine_type() if machine is None else machine, other_machine)
+    new["started"] = started
     if old is not None and old.get("configs") != new["configs"]:
         changed = sorted(c for c in {*old.get("configs", {}), *new["configs"]}
                          if old.get("configs", {}).get(c) != new["configs"].get(c))
@@ -283,11 +309,12 @@ def run_plan(
     fields:dict|None=None, # any other `SAPOConfig` fields, for every configuration
     keep_checkpoints:bool=False, # keep the checkpoints of finished runs (needed to extend them later)
     other_commit:bool=False, # add runs of another library commit than the plan's first rounds ran on
+    other_machine:bool=False, # add runs on another machine type than the plan's first rounds ran on
     log=print, # where progress lines go
 ) -> list: # one dict per run: config, seed, status ('done' | 'skipped' | 'failed'), seconds, dir, error
     "Run every configuration × seed of a plan one after another, skipping complete runs and resuming partial ones."
     rp = resolve_plan(plan, root, rounds, nodes, seeds, model, only, fields)
-    _write_plan_json(rp, log, other_commit)
+    _write_plan_json(rp, log, other_commit, other_machine=other_machine)
     n, t_plan, summary, spent, work = len(rp["runs"]), time.perf_counter(), [], 0.0, 0
     log(f"plan {rp['name']}: {n} runs, {node_rounds(rp)} node-rounds, results in {rp['dir']}")
     if ("strong" in rp and not all(run_complete(r["cfgs"]) for r in rp["runs"])
@@ -344,6 +371,8 @@ def add_experiment_args(parser:argparse.ArgumentParser) -> argparse.ArgumentPars
                         help="keep finished runs' checkpoints (to extend them later)")
     parser.add_argument("--other-commit", action="store_true",
                         help="add runs of this library commit to a plan whose first rounds ran on another")
+    parser.add_argument("--other-machine", action="store_true",
+                        help="add runs on this machine type to a plan whose first rounds ran on another")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved plan and exit")
     return parser
 
@@ -365,7 +394,7 @@ def experiment_main(args:argparse.Namespace) -> int:
             print(format_plan(resolve_plan(args.plan, root, fields=fields, **kw)))
             return 0
         summary = run_plan(args.plan, root, fields=fields, keep_checkpoints=bool(g("keep_checkpoints")),
-                           other_commit=bool(g("other_commit")), **kw)
+                           other_commit=bool(g("other_commit")), other_machine=bool(g("other_machine")), **kw)
     except (ValueError, FileNotFoundError) as e:  # ConfigError is a ValueError
         print(f"sapo experiment: {e}", file=sys.stderr)
         return 2
