@@ -12,10 +12,10 @@ checkout:
 The metrics (not the checkpoints) of run `<config>/seed_<s>` are copied to `<data>/<plan>/<config>/seed_<s>/`, with
 `environment.json` (the machine type and the versions of torch, transformers and peft, which the numbers can depend
 on), and committed at once with `plan.json`, so a plan spans several working sessions, even on fresh machines: the
-committed `plan.json` keeps the pins where `--root` is empty (another commit or machine type is refused unless
-`--other-commit` / `--other-machine` says so), a run whose committed metrics
-are complete is skipped, a run stopped half-way resumes from its checkpoints under `--root` when they are still
-there, and starts over when they are not. Runs go seed by seed, so what has landed is always complete pairs plus at
+committed `plan.json` holds the pins once a run has landed, and they are carried into `--root` before each run
+(another commit or machine type is refused unless `--other-commit` / `--other-machine` says so), a run whose committed
+metrics are complete is skipped, a run stopped half-way resumes from its checkpoints under `--root` when they are
+still there, and starts over when they are not. Runs go seed by seed, so what has landed is always complete pairs plus at
 most one unpaired run.
 
 A plan with a strong node (`heterogeneous`) trains it before its first run; its metrics are committed under
@@ -59,14 +59,12 @@ def main(argv=None):
     repo = Path(a.repo).resolve() if a.repo else Path(__file__).resolve().parents[1]
     committed = resolve_plan(a.plan, a.data, seeds=a.seeds)
     resolved = resolve_plan(a.plan, a.root, seeds=a.seeds)
-    here, saved_plan = Path(resolved["dir"]) / "plan.json", Path(committed["dir"]) / "plan.json"
-    if not here.exists() and saved_plan.exists():  # a fresh machine: the committed record carries the pins
-        here.parent.mkdir(parents=True, exist_ok=True); shutil.copy2(saved_plan, here)
     for run, saved in zip(resolved["runs"], committed["runs"]):
         tag = f"{a.plan} {run['config']} seed {run['seed']}"
         if run_complete(saved["cfgs"]) and not unpaired_elsewhere(run, saved, resolved, committed):
             print(f"{tag}: already committed", flush=True); continue
         t0 = time.perf_counter()
+        carry_pins(committed["dir"], resolved["dir"])
         summary = run_plan(a.plan, a.root, seeds=[run["seed"]], only=[run["config"]], keep_checkpoints=False,
                            other_commit=a.other_commit, other_machine=a.other_machine)
         if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]): land_strong(resolved, committed, a, repo)
@@ -76,6 +74,21 @@ def main(argv=None):
                   f"{run['cfgs'][0].rounds} rounds, {time.perf_counter() - t0:.0f} s)")
         print(f"{tag}: {'committed' if ok else 'NOT committed'} in {time.perf_counter() - t0:.0f} s", flush=True)
         if a.stop_on_verdict and stopped(a): return
+
+
+def carry_pins(committed_dir, run_dir):
+    """Once the plan has started, give the run folder's plan.json the pins of the committed one: the plan's first
+    rounds may have run on another machine, whose run folder this one has never seen (or has stale)."""
+    saved_plan, here = Path(committed_dir) / "plan.json", Path(run_dir) / "plan.json"
+    try: saved = json.loads(saved_plan.read_text())
+    except (OSError, ValueError): return
+    landed = any(f.stat().st_size for f in Path(committed_dir).glob("**/metrics.jsonl"))
+    if not (saved.get("started") or landed): return
+    try: record = json.loads(here.read_text())
+    except (OSError, ValueError): record = dict(saved)
+    record.update({k: saved[k] for k in ("library", "machine") if k in saved}, started=True)
+    here.parent.mkdir(parents=True, exist_ok=True)
+    here.write_text(json.dumps(record, indent=1))
 
 
 def stopped(a) -> bool:

@@ -121,7 +121,7 @@ def _cpu_label(start:dict) -> str|None:
     "A node start's CPU as a report names it: its model name, with its numeric features where the start recorded them."
     cpu, features = start.get("cpu"), start.get("cpu_features")
     if cpu in (None, ""): return None
-    return f"{cpu} [{' '.join(map(str, features))}]" if isinstance(features, list) else str(cpu)
+    return f"{cpu} [{' '.join(map(str, features)) or 'none'}]" if isinstance(features, list) else str(cpu)
 
 def run_provenance(
     run_dir, # the run folder

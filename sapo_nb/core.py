@@ -428,10 +428,10 @@ def _git(*args) -> str|None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 # %% ../nbs/00_core.ipynb #46e5415b
-def _cpuinfo(field:str) -> str|None:
-    "The first value of `field` in /proc/cpuinfo (Linux); None where there is none."
+def _proc_field(field:str, path=Path("/proc/cpuinfo")) -> str|None:
+    "The first value of `field` in a `key: value` file such as /proc/cpuinfo (Linux); None where there is none."
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.lower().startswith(field): return line.split(":", 1)[1].strip()
     except OSError: pass
     return None
@@ -439,24 +439,34 @@ def _cpuinfo(field:str) -> str|None:
 def _cpu_model() -> str:
     "The CPU's model name (Linux: /proc/cpuinfo), else what `platform` says."
     import platform
-    return _cpuinfo("model name") or platform.processor() or platform.machine()
+    return _proc_field("model name") or platform.processor() or platform.machine()
 
 # the instruction sets that decide which kernels, so which roundings, a CPU's float and bfloat16 matmuls take
 NUMERIC_CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni")
 
 def _cpu_features() -> list|None:
     "Which of `NUMERIC_CPU_FEATURES` the CPU has (Linux: /proc/cpuinfo's flags); None where that is not known."
-    flags = _cpuinfo("flags")
+    flags = _proc_field("flags")
     return None if flags is None else [f for f in NUMERIC_CPU_FEATURES if f in flags.split()]
 
-def machine_type() -> dict:
-    """What decides a run's arithmetic besides its code and seed: the CPU's name, its numeric features, its cores
-    (the threads a matmul splits over) and the names of the GPUs torch sees (none unless torch is already imported)."""
-    import os, sys
+# %% ../nbs/00_core.ipynb #557bab87
+def _gpu_names(nvidia=Path("/proc/driver/nvidia/gpus")) -> list:
+    """The GPUs' model names, sorted: from the NVIDIA driver's files (Linux) where it has them, else from torch where
+    it is imported and sees a GPU; [] for none."""
+    import sys
+    try: names = [_proc_field("model", d / "information") for d in Path(nvidia).iterdir()]
+    except OSError: names = []
+    if names: return sorted(n or "unnamed" for n in names)
     torch = sys.modules.get("torch")
-    gpus = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            if torch is not None and torch.cuda.is_available() else [])
-    return dict(cpu=_cpu_model(), cpu_features=_cpu_features(), cores=os.cpu_count(), gpus=gpus)
+    if torch is None or not torch.cuda.is_available(): return []
+    return sorted(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+
+def machine_type() -> dict:
+    """What decides a run's arithmetic besides its code and seed: the CPU's name and numeric features, how many CPUs
+    this process may run on, and the GPUs' names."""
+    import os
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return dict(cpu=_cpu_model(), cpu_features=_cpu_features(), cores=cores, gpus=_gpu_names())
 
 # %% ../nbs/00_core.ipynb #626b92ef
 def provenance(device:str|None=None,        # the device the policy is on ('cpu', 'cuda:0')

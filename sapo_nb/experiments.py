@@ -222,18 +222,22 @@ def _plan_started(old:dict|None, resolved:dict) -> bool:
     return (bool((old or {}).get("started"))
             or any(f.stat().st_size for f in Path(resolved["dir"]).glob("**/metrics.jsonl")))
 
-def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, plan:str, log) -> dict:
-    "What the plan's runs are pinned to under `key` (`_PINS`): what ran its first rounds, kept when told; else `here`."
+def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:dict, log) -> dict:
+    """What the plan's runs are pinned to under `key` (`_PINS`): what ran its first rounds (with any field it did not
+    record yet taken from `here`), kept when told; `here` before the plan starts."""
     pinned = (old or {}).get(key)
-    if not (pinned and started) or pinned == here: return here
+    if not (pinned and started): return here
+    differ = [k for k in pinned if k in here and pinned[k] != here[k]]  # a field one side lacks is not a difference
+    if not differ: return {**here, **pinned}
     what, arg, error, remedy, then = _PINS[key]
-    differ = [k for k in dict.fromkeys([*pinned, *here]) if pinned.get(k) != here.get(k)]
-    show = lambda d: ", ".join(f"{k} {d.get(k)}" for k in differ)
-    msg = f"plan {plan}: its runs are pinned to {what} ({show(pinned)}); this one has {show(here)}"
-    if not told: raise error(f"{msg}. {remedy}, or pass --{arg.replace('_', '-')} ({arg}=True) to add runs of this "
-                             f"{what} ({then})")
+    show = lambda d: ", ".join(f"{k} {d[k]}" for k in differ)
+    msg = f"plan {resolved['name']}: its runs are pinned to {what} ({show(pinned)}); this one has {show(here)}"
+    if not told:
+        raise error(f"{msg}. {remedy}, or pass --{arg.replace('_', '-')} ({arg}=True) to add runs of this {what} "
+                    f"({then}). The plan's first rounds are what its plan.json says and any metrics under "
+                    f"{resolved['dir']}: runs of an earlier use there call for another root")
     log(f"note: {msg}; adding runs of this {what}, as asked")
-    return pinned
+    return {**here, **pinned}
 
 # %% ../nbs/20_experiments.ipynb #34b149ef
 def _write_plan_json(
@@ -249,7 +253,7 @@ def _write_plan_json(
     try: old = json.loads(path.read_text())
     except (OSError, ValueError): old = None
     here, started = provenance() if library is None else library, _plan_started(old, resolved)
-    pin = lambda key, now, told: _pin(key, old, now, started, told, resolved["name"], log)
+    pin = lambda key, now, told: _pin(key, old, now, started, told, resolved, log)
     new["library"] = pin("library", dict(commit=here["commit"], dirty=here["dirty"]), other_commit)
     new["machine"] = pin("machine", machine_type() if machine is None else machine, other_machine)
     new["started"] = started
