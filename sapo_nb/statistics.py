@@ -13,9 +13,9 @@ from .sampler import get_strategy  # the node's own selection rules, by name
 # %% auto #0
 __all__ = ['SPLIT_COLUMNS', 'SUMMARIES', 'UNIT', 'group_outcomes', 'spread_mean', 'simulate_no_learning', 'expected_artefact',
            'artefact_table', 'early_rounds', 'base_rate', 'fit_concentration', 'selection_split', 'base_column',
-           'curve_area', 'per_seed', 'commit_check', 'paired_by_seed', 'min_p_value', 'seeds_for_alpha',
-           'sign_flip_test', 't_interval', 'fieller_ratio', 'paired_t', 't_power', 'seeds_needed', 'detectable_effect',
-           'seed_power', 'holm', 'tost', 'compare_by_seed']
+           'curve_area', 'per_seed', 'commit_check', 'straddling_seeds', 'paired_by_seed', 'min_p_value',
+           'seeds_for_alpha', 'sign_flip_test', 't_interval', 'fieller_ratio', 'paired_t', 't_power', 'seeds_needed',
+           'detectable_effect', 'seed_power', 'holm', 'tost', 'compare_by_seed']
 
 # %% ../nbs/18_statistics.ipynb #f7007f23
 def group_outcomes(
@@ -328,6 +328,20 @@ def commit_check(
     if missing: notes.append(f"unrecorded: {missing} of {len(t)} runs have no provenance")
     return "; ".join(notes)
 
+# %% ../nbs/18_statistics.ipynb #7b51721a
+def straddling_seeds(
+    df:pd.DataFrame, # tidy metrics; `cpu` ('; '-separated) and `device` (', '-separated) per run, if known
+    runs, # the runs a comparison puts together
+) -> list: # the seeds, sorted
+    "The seeds whose runs among `runs` recorded more than one machine (CPU or device); runs that recorded none skip."
+    t = df[df["run"].isin(list(runs))].drop_duplicates("run")
+    parts = lambda v, sep: str(v).split(sep) if isinstance(v, str) and v else [None]
+    seen = {}
+    for s, cpu, device in zip(t.seed, t.get("cpu", [None] * len(t)), t.get("device", [None] * len(t))):
+        if not (isinstance(cpu, str) and cpu): continue
+        seen.setdefault(s, set()).update((c, d) for c in parts(cpu, "; ") for d in parts(device, ", "))
+    return sorted(int(s) for s, machines in seen.items() if len(machines) > 1)
+
 # %% ../nbs/18_statistics.ipynb #fc330a60
 def paired_by_seed(
     df:pd.DataFrame, # tidy metrics, as for `per_seed`
@@ -345,7 +359,10 @@ def paired_by_seed(
     out = pd.DataFrame(dict(a=t[config_a], b=t[config_b])).dropna()
     out = out.assign(diff=out.a - out.b).rename_axis("seed").reset_index()
     runs = df.loc[df.config.isin([config_a, config_b]) & df.seed.isin(out.seed), "run"].unique()
-    out.attrs["provenance"] = commit_check(df, runs, mixed_commits)
+    straddle = straddling_seeds(df, runs)
+    notes = [commit_check(df, runs, mixed_commits),
+             f"seeds whose runs recorded more than one machine: {', '.join(map(str, straddle))}" if straddle else ""]
+    out.attrs["provenance"] = "; ".join(n for n in notes if n)
     return out
 
 # %% ../nbs/18_statistics.ipynb #e49e5360
