@@ -123,6 +123,13 @@ def _cpu_label(start:dict) -> str|None:
     if cpu in (None, ""): return None
     return f"{cpu} [{' '.join(map(str, features)) or 'none'}]" if isinstance(features, list) else str(cpu)
 
+def _device_label(start:dict) -> str|None:
+    "A node start's device as a report names it: with the GPU models installed where it is a GPU (and they were said)."
+    device, gpus = start.get("device"), start.get("gpus")
+    if device in (None, ""): return None
+    gpu = str(device).startswith("cuda") and isinstance(gpus, list) and gpus
+    return f"{device} [{' + '.join(map(str, gpus))}]" if gpu else str(device)  # no comma: reports split on them
+
 def run_provenance(
     run_dir, # the run folder
 ) -> dict: # commits, dirty, cpu, device: None where no node start recorded it
@@ -134,7 +141,7 @@ def run_provenance(
     dirty = [r["dirty"] for r in starts if isinstance(r.get("dirty"), bool)]
     return dict(commits=",".join(commits) or None, dirty=any(dirty) if dirty else None,
                 cpu="; ".join(sorted({c for r in starts if (c := _cpu_label(r))})) or None,
-                device=", ".join(vals("device")) or None)
+                device=", ".join(sorted({d for r in starts if (d := _device_label(r))})) or None)
 
 # %% ../nbs/19_analysis.ipynb #b7cb25f9
 _SEED_RE = re.compile(r"^seed[_-]?(-?\d+)$", re.I)

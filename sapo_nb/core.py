@@ -450,23 +450,23 @@ def _cpu_features() -> list|None:
     return None if flags is None else [f for f in NUMERIC_CPU_FEATURES if f in flags.split()]
 
 # %% ../nbs/00_core.ipynb #557bab87
-def _gpu_names(nvidia=Path("/proc/driver/nvidia/gpus")) -> list:
-    """The GPUs' model names, sorted: from the NVIDIA driver's files (Linux) where it has them, else from torch where
-    it is imported and sees a GPU; [] for none."""
+def _gpu_models(nvidia=Path("/proc/driver/nvidia/gpus")) -> list:
+    """The models of the GPUs installed, each once, sorted: from the NVIDIA driver's files (Linux) where it has them,
+    else from torch where it is imported and sees a GPU; [] for none."""
     import sys
     try: names = [_proc_field("model", d / "information") for d in Path(nvidia).iterdir()]
     except OSError: names = []
-    if names: return sorted(n or "unnamed" for n in names)
+    if names: return sorted({n or "unnamed" for n in names})
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available(): return []
-    return sorted(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    return sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
 
 def machine_type() -> dict:
     """What decides a run's arithmetic besides its code and seed: the CPU's name and numeric features, how many CPUs
-    this process may run on, and the GPUs' names."""
+    this process may run on, and the models of the GPUs installed."""
     import os
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return dict(cpu=_cpu_model(), cpu_features=_cpu_features(), cores=cores, gpus=_gpu_names())
+    return dict(cpu=_cpu_model(), cpu_features=_cpu_features(), cores=cores, gpus=_gpu_models())
 
 # %% ../nbs/00_core.ipynb #626b92ef
 def provenance(device:str|None=None,        # the device the policy is on ('cpu', 'cuda:0')

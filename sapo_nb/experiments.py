@@ -217,6 +217,16 @@ _PINS = dict(
     machine=("machine type", "other_machine", PlanMachineError, "Run it on a machine of that type",
              "each node's provenance names the machine it ran on: report seeds whose runs ran on two types"))
 
+def _plan_machine(resolved:dict) -> dict:
+    """The machine type a plan's runs compute on: `core.machine_type` with the kind of device its nodes resolve to
+    ('cpu', 'cuda', 'mps'); the GPUs count only where that is a GPU."""
+    from sapo_nb.models import resolve_device
+    asked = resolved["runs"][0]["cfgs"][0].device if resolved["runs"] else "auto"
+    try: kind = resolve_device(asked).partition(":")[0]
+    except ValueError: kind = str(asked).partition(":")[0]  # a device this machine lacks: the run says so itself
+    m = machine_type()
+    return {**m, "device": kind, "gpus": m["gpus"] if kind == "cuda" else []}
+
 def _plan_started(old:dict|None, resolved:dict) -> bool:
     "Whether the plan has run a round: as its last `plan.json` says, or as any metrics file in its folder shows."
     return (bool((old or {}).get("started"))
@@ -224,11 +234,14 @@ def _plan_started(old:dict|None, resolved:dict) -> bool:
 
 def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:dict, log) -> dict:
     """What the plan's runs are pinned to under `key` (`_PINS`): what ran its first rounds (with any field it did not
-    record yet taken from `here`), kept when told; `here` before the plan starts."""
+    record yet taken from `here` when the rest agrees), kept as it is when told; `here` before the plan starts."""
     pinned = (old or {}).get(key)
+    if started and old is not None and not pinned:  # a record written before this pin existed
+        log(f"note: plan {resolved['name']} began before its {_PINS[key][0]} was recorded; "
+            "pinning this one from now on")
     if not (pinned and started): return here
     differ = [k for k in pinned if k in here and pinned[k] != here[k]]  # a field one side lacks is not a difference
-    if not differ: return {**here, **pinned}
+    if not differ: return {**here, **pinned}  # the fields a later library records join the pin
     what, arg, error, remedy, then = _PINS[key]
     show = lambda d: ", ".join(f"{k} {d[k]}" for k in differ)
     msg = f"plan {resolved['name']}: its runs are pinned to {what} ({show(pinned)}); this one has {show(here)}"
@@ -237,7 +250,7 @@ def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:di
                     f"({then}). The plan's first rounds are what its plan.json says and any metrics under "
                     f"{resolved['dir']}: runs of an earlier use there call for another root")
     log(f"note: {msg}; adding runs of this {what}, as asked")
-    return {**here, **pinned}
+    return pinned  # as it was: another type's fields never join it
 
 # %% ../nbs/20_experiments.ipynb #34b149ef
 def _write_plan_json(
@@ -245,7 +258,7 @@ def _write_plan_json(
     other_commit:bool=False, # add runs of another library commit (see `_pin`)
     library:dict|None=None, # commit and dirty flag of the library adding runs (default: this checkout's)
     other_machine:bool=False, # add runs on another machine type
-    machine:dict|None=None, # the machine type adding runs (default: `machine_type()`)
+    machine:dict|None=None, # the machine type adding runs (default: `_plan_machine(resolved)`)
 ):
     "Write `plan.json`: the resolved plan, the library commit and machine type its runs are pinned to, if it began."
     path = Path(resolved["dir"]) / "plan.json"
@@ -255,7 +268,7 @@ def _write_plan_json(
     here, started = provenance() if library is None else library, _plan_started(old, resolved)
     pin = lambda key, now, told: _pin(key, old, now, started, told, resolved, log)
     new["library"] = pin("library", dict(commit=here["commit"], dirty=here["dirty"]), other_commit)
-    new["machine"] = pin("machine", machine_type() if machine is None else machine, other_machine)
+    new["machine"] = pin("machine", _plan_machine(resolved) if machine is None else machine, other_machine)
     new["started"] = started
     if old is not None and old.get("configs") != new["configs"]:
         changed = sorted(c for c in {*old.get("configs", {}), *new["configs"]}

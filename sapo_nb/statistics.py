@@ -4,7 +4,7 @@
 
 # %% ../nbs/18_statistics.ipynb #f9dcc65a
 from __future__ import annotations
-import math, random
+import math, random, re
 import numpy as np
 import pandas as pd
 from .core import Group
@@ -333,14 +333,16 @@ def straddling_seeds(
     df:pd.DataFrame, # tidy metrics; `cpu` ('; '-separated) and `device` (', '-separated) per run, if known
     runs, # the runs a comparison puts together
 ) -> list: # the seeds, sorted
-    "The seeds whose runs among `runs` recorded more than one machine (CPU or device); runs that recorded none skip."
+    """The seeds whose runs among `runs` recorded more than one CPU, or more than one kind of device (GPUs by model,
+    not by index: `cuda:0` and `cuda:1` of one box are one); what a run did not record counts as nothing."""
     t = df[df["run"].isin(list(runs))].drop_duplicates("run")
-    parts = lambda v, sep: str(v).split(sep) if isinstance(v, str) and v else [None]
-    seen = {}
+    parts = lambda v, sep: [x for x in str(v).split(sep) if x] if isinstance(v, str) else []
+    kind = lambda d: re.sub(r"^(\w+):\d+", r"\1", d)  # cuda:1 [Tesla T4] -> cuda [Tesla T4]
+    cpus, devices = {}, {}
     for s, cpu, device in zip(t.seed, t.get("cpu", [None] * len(t)), t.get("device", [None] * len(t))):
-        if not (isinstance(cpu, str) and cpu): continue
-        seen.setdefault(s, set()).update((c, d) for c in parts(cpu, "; ") for d in parts(device, ", "))
-    return sorted(int(s) for s, machines in seen.items() if len(machines) > 1)
+        cpus.setdefault(s, set()).update(parts(cpu, "; "))
+        devices.setdefault(s, set()).update(map(kind, parts(device, ", ")))
+    return sorted(int(s) for s in cpus if len(cpus[s]) > 1 or len(devices[s]) > 1)
 
 # %% ../nbs/18_statistics.ipynb #fc330a60
 def paired_by_seed(

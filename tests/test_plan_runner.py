@@ -92,6 +92,16 @@ def test_a_stale_record_in_the_run_folder_does_not_override_the_committed_pins(t
     assert ran == []
 
 
+def test_a_plan_that_has_not_started_takes_this_machine(tmp_path, monkeypatch):
+    "A committed record of a plan that never ran a round (nothing landed) pins nothing: this machine runs it."
+    _committed_plan(tmp_path / "data", library=_this_library(), machine=OTHER_MACHINE, started=False)
+    runner, ran = _runner(monkeypatch)
+    _main(runner, tmp_path)
+    assert len(ran) == 4
+    assert json.loads((tmp_path / "runs" / "mini" / "plan.json").read_text())["machine"]["cpu_features"] == \
+        machine_type()["cpu_features"]
+
+
 def test_landing_a_run_records_that_the_plan_started(tmp_path, monkeypatch):
     for k in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{k}_NAME", "sapo"); monkeypatch.setenv(f"GIT_{k}_EMAIL", "sapo@localhost")
