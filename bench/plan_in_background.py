@@ -15,8 +15,8 @@ on), and committed at once with `plan.json`, so a plan spans several working ses
 committed `plan.json` holds the pins once a run has landed, and they are carried into `--root` before each run
 (another commit or machine type is refused unless `--other-commit` / `--other-machine` says so), a run whose committed
 metrics are complete is skipped, a run stopped half-way resumes from its checkpoints under `--root` when they are
-still there, and starts over when they are not. Runs go seed by seed, so what has landed is always complete pairs plus at
-most one unpaired run.
+still there, and starts over when they are not. Runs go seed by seed, so what has landed is always complete pairs
+plus at most one unpaired run.
 
 A plan with a strong node (`heterogeneous`) trains it before its first run; its metrics are committed under
 `<data>/<plan>/strong/` once it finishes. Its model stays under `--root` (it is a whole model, not for git): on a
