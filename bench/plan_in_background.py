@@ -29,7 +29,7 @@ landed and which started from a model other than this machine's is run again her
 import argparse, hashlib, importlib.metadata, json, platform, shutil, subprocess, sys, time
 from pathlib import Path
 from sapo_nb.core import machine_type
-from sapo_nb.experiments import resolve_plan, run_plan, run_complete
+from sapo_nb.experiments import plan_started, resolve_plan, run_plan, run_complete
 
 
 def commit(paths, message, repo, tries=30):
@@ -64,7 +64,7 @@ def main(argv=None):
         if run_complete(saved["cfgs"]) and not unpaired_elsewhere(run, saved, resolved, committed):
             print(f"{tag}: already committed", flush=True); continue
         t0 = time.perf_counter()
-        carry_pins(committed["dir"], resolved["dir"])
+        carry_pins(committed, resolved)
         summary = run_plan(a.plan, a.root, seeds=[run["seed"]], only=[run["config"]], keep_checkpoints=False,
                            other_commit=a.other_commit, other_machine=a.other_machine)
         if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]): land_strong(resolved, committed, a, repo)
@@ -76,14 +76,13 @@ def main(argv=None):
         if a.stop_on_verdict and stopped(a): return
 
 
-def carry_pins(committed_dir, run_dir):
+def carry_pins(committed, resolved):
     """Once the plan has started, give the run folder's plan.json the pins of the committed one: the plan's first
     rounds may have run on another machine, whose run folder this one has never seen (or has stale)."""
-    saved_plan, here = Path(committed_dir) / "plan.json", Path(run_dir) / "plan.json"
+    saved_plan, here = Path(committed["dir"]) / "plan.json", Path(resolved["dir"]) / "plan.json"
     try: saved = json.loads(saved_plan.read_text())
     except (OSError, ValueError): return
-    landed = any(f.stat().st_size for f in Path(committed_dir).glob("**/metrics.jsonl"))
-    if not (saved.get("started") or landed): return
+    if not plan_started(saved, committed): return
     try: record = json.loads(here.read_text())
     except (OSError, ValueError): record = dict(saved)
     record.update({k: saved[k] for k in ("library", "machine") if k in saved}, started=True)

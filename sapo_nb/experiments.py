@@ -15,7 +15,7 @@ from .node import save_model
 
 # %% auto #0
 __all__ = ['PLANS', 'resolve_plan', 'node_rounds', 'format_plan', 'rounds_done', 'resume_from', 'run_complete', 'PlanCommitError',
-           'PlanMachineError', 'run_plan', 'add_experiment_args', 'experiment_main']
+           'PlanMachineError', 'plan_started', 'run_plan', 'add_experiment_args', 'experiment_main']
 
 # %% ../nbs/20_experiments.ipynb #b3f04830
 _IJ = lambda i, j: {f"{i}-{j}": dict(local_questions=i, external_questions=j)}
@@ -227,9 +227,9 @@ def _plan_machine(resolved:dict) -> dict:
     m = machine_type()
     return {**m, "device": kind, "gpus": m["gpus"] if kind == "cuda" else []}
 
-def _plan_started(old:dict|None, resolved:dict) -> bool:
-    "Whether the plan has run a round: as its last `plan.json` says, or as any metrics file in its folder shows."
-    return (bool((old or {}).get("started"))
+def plan_started(record:dict|None, resolved:dict) -> bool:
+    "Whether the plan has run a round: as its `plan.json` (`record`) says, or as any metrics file in its folder shows."
+    return (bool((record or {}).get("started"))
             or any(f.stat().st_size for f in Path(resolved["dir"]).glob("**/metrics.jsonl")))
 
 def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:dict, log) -> dict:
@@ -265,7 +265,7 @@ def _write_plan_json(
     new = _plan_record(resolved)
     try: old = json.loads(path.read_text())
     except (OSError, ValueError): old = None
-    here, started = provenance() if library is None else library, _plan_started(old, resolved)
+    here, started = provenance() if library is None else library, plan_started(old, resolved)
     pin = lambda key, now, told: _pin(key, old, now, started, told, resolved, log)
     new["library"] = pin("library", dict(commit=here["commit"], dirty=here["dirty"]), other_commit)
     new["machine"] = pin("machine", _plan_machine(resolved) if machine is None else machine, other_machine)
