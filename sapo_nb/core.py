@@ -436,30 +436,44 @@ def _proc_field(field:str, path=Path("/proc/cpuinfo")) -> str|None:
     except OSError: pass
     return None
 
-def _cpu_model() -> str:
-    "The CPU's model name (Linux: /proc/cpuinfo), else what `platform` says."
-    import platform
-    return _proc_field("model name") or platform.processor() or platform.machine()
+def _cpu_model(cpuinfo=Path("/proc/cpuinfo")) -> str:
+    """The CPU's name: its model name (Linux on x86), its designer and part number (Linux on ARM, which has no model
+    name), its brand (macOS: "Apple M2"), else what `platform` says."""
+    import platform, subprocess
+    if name := _proc_field("model name", cpuinfo): return name
+    if part := _proc_field("cpu part", cpuinfo):
+        return f"{platform.machine()} implementer {_proc_field('cpu implementer', cpuinfo)} part {part}"
+    if platform.system() == "Darwin":
+        try: brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                    timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError): brand = ""
+        if brand: return brand
+    return platform.processor() or platform.machine()
 
-# the instruction sets that decide which kernels, so which roundings, a CPU's float and bfloat16 matmuls take
-NUMERIC_CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni")
+# the instruction sets that decide which kernels, so which roundings, a CPU's float and bfloat16 matmuls take, by the
+# /proc/cpuinfo field that lists them: x86's flags, ARM's Features (where "sme" is not AMD's memory encryption)
+NUMERIC_CPU_FEATURES = dict(flags=("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni"),
+                            features=("asimd", "asimddp", "bf16", "i8mm", "sve", "sve2", "sme"))
 
-def _cpu_features() -> list|None:
-    "Which of `NUMERIC_CPU_FEATURES` the CPU has (Linux: /proc/cpuinfo's flags); None where that is not known."
-    flags = _proc_field("flags")
-    return None if flags is None else [f for f in NUMERIC_CPU_FEATURES if f in flags.split()]
+def _cpu_features(cpuinfo=Path("/proc/cpuinfo")) -> list|None:
+    "Which of `NUMERIC_CPU_FEATURES` the CPU has (Linux: /proc/cpuinfo); None where that is not known."
+    for field, wanted in NUMERIC_CPU_FEATURES.items():
+        if (listed := _proc_field(field, cpuinfo)) is not None: return [f for f in wanted if f in listed.split()]
+    return None
 
 # %% ../nbs/00_core.ipynb #557bab87
 def _gpu_models(nvidia=Path("/proc/driver/nvidia/gpus")) -> list:
     """The models of the GPUs installed, each once, sorted: from the NVIDIA driver's files (Linux) where it has them,
-    else from torch where it is imported and sees a GPU; [] for none."""
+    else from torch where it is imported and sees a GPU ("unnamed" for a driver's GPU neither can name); [] for
+    none."""
     import sys
     try: names = [_proc_field("model", d / "information") for d in Path(nvidia).iterdir()]
     except OSError: names = []
-    if names: return sorted({n or "unnamed" for n in names})
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available(): return []
-    return sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+    if names and None not in names: return sorted(set(names))
+    torch = sys.modules.get("torch")  # a driver file it could not read: torch names the GPUs if it can
+    if torch is not None and torch.cuda.is_available():
+        return sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+    return sorted({n or "unnamed" for n in names})
 
 def machine_type() -> dict:
     """What decides a run's arithmetic besides its code and seed: the CPU's name and numeric features, how many CPUs
@@ -473,7 +487,8 @@ def provenance(device:str|None=None,        # the device the policy is on ('cpu'
                dtype:str|None=None,         # the weights' dtype
                compute_dtype:str|None=None, # the autocast dtype of the forward passes, if any
               ) -> dict:
-    "What code and machine are running: commit, dirty flag, package versions, CPU, threads, device and dtypes."
+    """What code and machine are running: commit, dirty flag, package versions, `machine_type` (CPU, its numeric
+    features, the CPUs the process may use, GPUs installed), torch's threads, device and dtypes."""
     import importlib.metadata as md, platform, sys
     def version(name):
         try: return md.version(name)

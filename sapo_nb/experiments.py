@@ -240,22 +240,23 @@ def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:di
         log(f"note: plan {resolved['name']} began before its {_PINS[key][0]} was recorded; "
             "pinning this one from now on")
     if not (pinned and started): return here
-    differ = [k for k in pinned if k in here and pinned[k] != here[k]]  # a field one side lacks is not a difference
-    if not differ: return {**here, **pinned}  # the fields a later library records join the pin
+    known = lambda d, k: d.get(k) is not None  # a field one side lacks, or could not read, is not a difference
+    differ = [k for k in pinned if known(pinned, k) and known(here, k) and pinned[k] != here[k]]
+    if not differ: return {**here, **{k: v for k, v in pinned.items() if v is not None}}  # what is known joins the pin
     what, arg, error, remedy, then = _PINS[key]
     show = lambda d: ", ".join(f"{k} {d[k]}" for k in differ)
     msg = f"plan {resolved['name']}: its runs are pinned to {what} ({show(pinned)}); this one has {show(here)}"
     if not told:
         raise error(f"{msg}. {remedy}, or pass --{arg.replace('_', '-')} ({arg}=True) to add runs of this {what} "
                     f"({then}). The plan's first rounds are what its plan.json says and any metrics under "
-                    f"{resolved['dir']}: runs of an earlier use there call for another root")
+                    f"{resolved['dir']}; if those are left from something else, give the plan another root")
     log(f"note: {msg}; adding runs of this {what}, as asked")
     return pinned  # as it was: another type's fields never join it
 
 # %% ../nbs/20_experiments.ipynb #34b149ef
 def _write_plan_json(
     resolved:dict, log,
-    other_commit:bool=False, # add runs of another library commit (see `_pin`)
+    other_commit:bool=False, # add runs of another library commit
     library:dict|None=None, # commit and dirty flag of the library adding runs (default: this checkout's)
     other_machine:bool=False, # add runs on another machine type
     machine:dict|None=None, # the machine type adding runs (default: `_plan_machine(resolved)`)

@@ -334,7 +334,8 @@ def straddling_seeds(
     runs, # the runs a comparison puts together
 ) -> list: # the seeds, sorted
     """The seeds whose runs among `runs` recorded more than one CPU, or more than one kind of device (GPUs by model,
-    not by index: `cuda:0` and `cuda:1` of one box are one); what a run did not record counts as nothing."""
+    not by index: `cuda:0` and `cuda:1` of one box are one); what a run did not record counts as nothing, so a CPU
+    named without its features ("Xeon", a record of an older library) is no second CPU beside "Xeon [avx2]"."""
     t = df[df["run"].isin(list(runs))].drop_duplicates("run")
     parts = lambda v, sep: [x for x in str(v).split(sep) if x] if isinstance(v, str) else []
     kind = lambda d: re.sub(r"^(\w+):\d+", r"\1", d)  # cuda:1 [Tesla T4] -> cuda [Tesla T4]
@@ -342,7 +343,8 @@ def straddling_seeds(
     for s, cpu, device in zip(t.seed, t.get("cpu", [None] * len(t)), t.get("device", [None] * len(t))):
         cpus.setdefault(s, set()).update(parts(cpu, "; "))
         devices.setdefault(s, set()).update(map(kind, parts(device, ", ")))
-    return sorted(int(s) for s in cpus if len(cpus[s]) > 1 or len(devices[s]) > 1)
+    named = lambda cs: {c for c in cs if not any(o.startswith(c + " [") for o in cs)}  # "Xeon" beside "Xeon [avx2]"
+    return sorted(int(s) for s in cpus if len(named(cpus[s])) > 1 or len(devices[s]) > 1)
 
 # %% ../nbs/18_statistics.ipynb #fc330a60
 def paired_by_seed(
