@@ -261,7 +261,8 @@ def _write_plan_json(
     other_machine:bool=False, # add runs on another machine type
     machine:dict|None=None, # the machine type adding runs (default: `_plan_machine(resolved)`)
 ):
-    "Write `plan.json`: the resolved plan, the library commit and machine type its runs are pinned to, if it began."
+    """Write `plan.json`: the resolved plan, with the seeds, configurations and runs of every call so far, and the
+    library commit and machine type its runs are pinned to, if it began."""
     path = Path(resolved["dir"]) / "plan.json"
     new = _plan_record(resolved)
     try: old = json.loads(path.read_text())
@@ -271,6 +272,11 @@ def _write_plan_json(
     new["library"] = pin("library", dict(commit=here["commit"], dirty=here["dirty"]), other_commit)
     new["machine"] = pin("machine", _plan_machine(resolved) if machine is None else machine, other_machine)
     new["started"] = started
+    if old is not None:  # the runs of every call so far, not only of this one (a runner asks for one run at a time)
+        new["seeds"] = sorted({*old.get("seeds", []), *new["seeds"]})
+        asked = old.get("only", new["only"])  # []: every configuration
+        new["only"] = [*dict.fromkeys([*asked, *new["only"]])] if asked and new["only"] else []
+        new["runs"] = [*{(r["config"], r["seed"]): r for r in [*old.get("runs", []), *new["runs"]]}.values()]
     if old is not None and old.get("configs") != new["configs"]:
         changed = sorted(c for c in {*old.get("configs", {}), *new["configs"]}
                          if old.get("configs", {}).get(c) != new["configs"].get(c))
