@@ -6,8 +6,8 @@ committed records (metrics.jsonl, eval_items.jsonl) with the standard library, n
 primary comparison (paired t with its 95% interval, Fieller's interval in % of 4/0, the exact sign-flip test, TOST at
 ±5%), the control comparisons, the look the landed seeds reach and its verdict by the pre-registered boundaries, and
 every inconsistency it finds in the records (a missing or duplicated round, a pass@1 that is not the share right in
-its per-question records, question sets that differ). Its numbers should equal the page's; a difference is a defect
-in one of the two.
+its per-question records, question sets that differ). Every execution of the page runs it and checks that its
+primary comparison and verdict equal the page's and that it found nothing inconsistent.
 
     python bench/decisive_independent.py [DATA_DIR]    # default: nbs/data/decisive beside this script's repo
 """
@@ -279,7 +279,6 @@ if incomplete:
 all3 = sorted(set(runs["4-0"]) & set(runs["2-2"]) & set(runs["2-0"]))
 pairs = sorted(set(runs["2-2"]) & set(runs["4-0"]))
 all3_first12 = [s for s in all3 if s < INTERIM_N]
-all3_first24 = [s for s in all3 if s < LAST_N]
 print(f"  seeds complete in all three arms: {len(all3)} {all3}"
       f"  (of seeds 0-11: {len(all3_first12)}/12)")
 print(f"  2-2/4-0 pairs: {len(pairs)} {pairs}")
@@ -292,13 +291,17 @@ for s in sorted(set().union(*[runs[a] for a in ARMS])):
     print(f"  {s:>4}  " + "  ".join(f"{fmt(x):>8}" if x is not None else f"{'-':>8}" for x in v)
           + f"  {(f'{dd:+.4f}' if dd is not None else '-'):>10}")
 
-# which look are we at?
-if len(all3_first24) >= LAST_N:
-    look, look_seeds, alpha = "last look (24 pairs)", [s for s in pairs if s < LAST_N], LAST_ALPHA
-elif len(all3_first12) >= INTERIM_N:
-    look, look_seeds, alpha = "interim look (12 pairs)", [s for s in pairs if s < INTERIM_N], INTERIM_ALPHA
-else:
-    look, look_seeds, alpha = None, pairs, None
+# which look are we at? A look is reached when 2-2 and 4-0 have both landed for each of its seeds (0-11, 0-23);
+# the interim look is tested first, and one that crosses its boundary stops the plan there
+look, look_seeds, alpha = None, pairs, None
+LOOKS = ((INTERIM_N, INTERIM_ALPHA, "interim look (12 pairs)"), (LAST_N, LAST_ALPHA, "last look (24 pairs)"))
+for n, bound, name in LOOKS:
+    if not set(range(n)) <= set(pairs):
+        break
+    look, look_seeds, alpha = name, list(range(n)), bound
+    d = np.array([runs["2-2"][s] - runs["4-0"][s] for s in look_seeds])
+    if t_summary(d)[4] < bound:
+        break
 
 print("\nPrimary: 2-2 minus 4-0, paired by seed"
       + (f" [{look}]" if look else " [before the first look: all available pairs, informational]"))
@@ -311,8 +314,8 @@ for a, b in [("2-2", "2-0"), ("4-0", "2-0")]:
 
 print("\nVerdict:")
 if look is None:
-    print(f"  before the first look: {len(all3_first12)}/12 of seeds 0-11 complete in all three arms; "
-          f"no decision (boundary at the interim look is p < {INTERIM_ALPHA})")
+    print(f"  before the first look: {len([s for s in pairs if s < INTERIM_N])} of the 12 pairs of seeds 0-11 have "
+          f"landed; no decision (boundary at the interim look is p < {INTERIM_ALPHA})")
 elif res is None:
     print("  no pairs")
 else:
