@@ -79,10 +79,10 @@ def load_node(arm, seed, node):
     if extra:
         note(f"{tag}: unexpected round indices {extra}")
     fin = by_round.get(FINAL_ROUND)
-    if fin is None or fin.get("eval_pass1") is None:
-        if len(missing) < ROUNDS:
-            note(f"{tag}: no final evaluation (rounds present: {len(by_round)}, "
-                 f"missing {len(missing)}: first missing {missing[:3]})")
+    if fin is None:  # an unfinished run: listed under the incomplete runs, not an inconsistency
+        return None, None
+    if fin.get("eval_pass1") is None:
+        note(f"{tag}: round {FINAL_ROUND} has no final evaluation")
         return None, None
     if missing:
         note(f"{tag}: has a final but is missing rounds {missing[:10]}")

@@ -77,17 +77,15 @@ def main(argv=None):
 
 
 def carry_pins(committed, resolved):
-    """Once the plan has started, give the run folder's plan.json the pins of the committed one: the plan's first
-    rounds may have run on another machine, whose run folder this one has never seen (or has stale)."""
+    """Once the plan has started, make the run folder's plan.json the committed one: the plan's first rounds may have
+    run on another machine, whose run folder this one has never seen (or has stale), and the committed record holds
+    the pins and every run landed since, wherever it ran (a stale local record would drop them at the next landing)."""
     saved_plan, here = Path(committed["dir"]) / "plan.json", Path(resolved["dir"]) / "plan.json"
     try: saved = json.loads(saved_plan.read_text())
     except (OSError, ValueError): return
     if not plan_started(saved, committed): return
-    try: record = json.loads(here.read_text())
-    except (OSError, ValueError): record = dict(saved)
-    record.update({k: saved[k] for k in ("library", "machine") if k in saved}, started=True)
     here.parent.mkdir(parents=True, exist_ok=True)
-    here.write_text(json.dumps(record, indent=1))
+    here.write_text(json.dumps({**saved, "started": True}, indent=1))
 
 
 def stopped(a) -> bool:

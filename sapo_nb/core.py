@@ -442,7 +442,7 @@ def _cpu_model(cpuinfo=Path("/proc/cpuinfo")) -> str:
     import platform, subprocess
     if name := _proc_field("model name", cpuinfo): return name
     if part := _proc_field("cpu part", cpuinfo):
-        return f"{platform.machine()} implementer {_proc_field('cpu implementer', cpuinfo)} part {part}"
+        return f"{platform.machine()} implementer {_proc_field('cpu implementer', cpuinfo) or '?'} part {part}"
     if platform.system() == "Darwin":
         try: brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
                                     timeout=5).stdout.strip()

@@ -242,7 +242,7 @@ def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:di
     if not (pinned and started): return here
     known = lambda d, k: d.get(k) is not None  # a field one side lacks, or could not read, is not a difference
     differ = [k for k in pinned if known(pinned, k) and known(here, k) and pinned[k] != here[k]]
-    if not differ: return {**here, **{k: v for k, v in pinned.items() if v is not None}}  # what is known joins the pin
+    if not differ: return {**here, **pinned}  # a field the pin lacks joins it; one it could not read stays unknown
     what, arg, error, remedy, then = _PINS[key]
     show = lambda d: ", ".join(f"{k} {d[k]}" for k in differ)
     msg = f"plan {resolved['name']}: its runs are pinned to {what} ({show(pinned)}); this one has {show(here)}"

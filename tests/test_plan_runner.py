@@ -92,6 +92,21 @@ def test_a_stale_record_in_the_run_folder_does_not_override_the_committed_pins(t
     assert ran == []
 
 
+def test_a_stale_record_in_the_run_folder_does_not_drop_the_committed_runs(tmp_path, monkeypatch):
+    "Runs landed from another machine since this folder's record was written stay in the plan's record."
+    landed = dict(config="4-0", seed=1, nodes=2, dir="/elsewhere/mini/4-0/seed_1")
+    _committed_plan(tmp_path / "data", library=_this_library(), machine=machine_type(), started=True, seeds=[1],
+                    only=[], runs=[landed])
+    stale = tmp_path / "runs" / "mini" / "plan.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps(dict(name="mini", library=_this_library(), machine=machine_type(), started=True,
+                                     seeds=[5], only=[], runs=[])))
+    runner, ran = _runner(monkeypatch)
+    _main(runner, tmp_path)
+    record = json.loads(stale.read_text())
+    assert record["seeds"] == [0, 1] and landed in record["runs"], record
+
+
 def test_a_plan_that_has_not_started_takes_this_machine(tmp_path, monkeypatch):
     "A committed record of a plan that never ran a round (nothing landed) pins nothing: this machine runs it."
     _committed_plan(tmp_path / "data", library=_this_library(), machine=OTHER_MACHINE, started=False)
