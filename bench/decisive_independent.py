@@ -11,7 +11,6 @@ primary comparison and verdict equal the page's and that it found nothing incons
 
     python bench/decisive_independent.py [DATA_DIR]    # default: nbs/data/decisive beside this script's repo
 """
-import itertools
 import json
 import math
 import os
@@ -40,7 +39,7 @@ def note(msg):
 
 
 def read_jsonl(path):
-    rows, bad = [], 0
+    rows = []
     with open(path) as f:
         for i, line in enumerate(f):
             if not line.strip():
@@ -48,7 +47,6 @@ def read_jsonl(path):
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
-                bad += 1
                 note(f"{path}: line {i + 1} is not valid JSON (skipped)")
     return rows
 
@@ -91,7 +89,6 @@ def load_node(arm, seed, node):
         note(f"{tag}: final eval_n={fin.get('eval_n')} (expected {N_QUESTIONS})")
 
     # cross-check against per-item records
-    qids = None
     if not os.path.exists(ipath):
         note(f"{tag}: no eval_items.jsonl to cross-check")
         return p, None
@@ -123,7 +120,6 @@ def load_node(arm, seed, node):
 
 # ---------------------------------------------------------------- load
 runs = {a: {} for a in ARMS}        # arm -> seed -> endpoint (complete runs only)
-nodevals = {a: {} for a in ARMS}    # arm -> seed -> list of node values
 incomplete = []
 qid_sets = {}
 for arm in ARMS:
@@ -139,7 +135,6 @@ for arm in ARMS:
                 qid_sets.setdefault(q, []).append(f"{arm}/{s}/{node}")
         if all(v is not None for v in vals):
             runs[arm][s] = float(np.mean(vals))
-            nodevals[arm][s] = vals
         else:
             incomplete.append(f"{arm}/seed_{s} ({sum(v is not None for v in vals)}/4 finals)")
 if len(qid_sets) > 1:
