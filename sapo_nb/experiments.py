@@ -277,11 +277,10 @@ def _write_plan_json(
         asked = old.get("only", new["only"])  # []: every configuration
         new["only"] = [*dict.fromkeys([*asked, *new["only"]])] if asked and new["only"] else []
         new["runs"] = [*{(r["config"], r["seed"]): r for r in [*old.get("runs", []), *new["runs"]]}.values()]
-    if old is not None and old.get("configs") != new["configs"]:
         changed = sorted(c for c in {*old.get("configs", {}), *new["configs"]}
                          if old.get("configs", {}).get(c) != new["configs"].get(c))
-        log(f"note: the settings of {', '.join(changed)} differ from the last call's; "
-            "runs already complete are kept as they are")
+        if changed: log(f"note: the settings of {', '.join(changed)} differ from the last call's; "
+                        "runs already complete are kept as they are")
     atomic_write(path, json.dumps({**new, "written_at": time.time()}, indent=1))
 
 # %% ../nbs/20_experiments.ipynb #9b845ba3
