@@ -139,10 +139,19 @@ def _lost_because(info) -> str|None:
             ": another process took the node id over, or someone rewrote the file")
 
 # %% ../nbs/14_durability.ipynb #c389996a
+def _read_settled(path, read=read_lease, pause:float=0.1, tries:int=10) -> dict|None:
+    """The lease at `path` as `read` finds it, read again for up to `tries` × `pause` seconds while the file is there
+    but holds no lease: a writer may be between emptying it and writing it. None: gone, or planted over."""
+    for _ in range(tries):
+        try: info, _ = read(path)
+        except NodeRunning: return None  # replaced by a link or a folder: not ours any more
+        if info != {}: return info
+        time.sleep(pause)
+    return info
+
 def _heartbeat(state:_LeaseState, every:float):
     while not state.stop.wait(every):
-        try: info, _ = read_lease(state.path)
-        except NodeRunning: info = None  # replaced by a link or a folder: not ours any more
+        info = _read_settled(state.path)
         if not info or info.get("token") != state.token:
             state.lost = _lost_because(info)
             return
