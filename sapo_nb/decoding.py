@@ -6,8 +6,8 @@
 from __future__ import annotations
 import math
 from contextlib import contextmanager
-from .seam import (cache_layers, disagreement, packed_linear, prefill_prompts, probe, probe_ids, rotary,
-                          rotary_problem, unwrap_adapters)
+from .seam import (arithmetic_dtype, cache_layers, copies_cache_rows, disagreement, packed_linear,
+                          prefill_prompts, probe, probe_ids, rotary, rotary_problem, unwrap_adapters)
 
 # %% auto #0
 __all__ = ['DECODE_LOOP_MODELS', 'DECODE_LOOP_LINEARS', 'InverseCDFSampler', 'sampling_processors', 'token_picker',
@@ -272,10 +272,7 @@ def decode_step_problem(model) -> str|None:
         who = None if names is None else torch.zeros(B, dtype=torch.long, device=ids.device)
         got = decode_step(net, decode_linears(net, adapters=names), ids[:, -1], mask.sum(-1) - 1, cache, T - 1,
                           mask.bool()[:, None, None], who)
-    # float32 logits from a LoRA model over a narrowed base (`narrow_frozen_linears`) are bfloat16 sums underneath
-    narrowest = min({p.dtype for p in net.parameters() if p.is_floating_point()}, key=lambda d: torch.finfo(d).bits,
-                    default=got.dtype)
-    return disagreement(got, want, narrowest)
+    return disagreement(got, want, arithmetic_dtype(net))
 
 # %% ../nbs/06_decoding.ipynb #a18cd4d1
 _LOOP_NEEDS = dict(decoder=("embed_tokens", "rotary_emb", "norm", "layers"),
@@ -357,7 +354,8 @@ def decode_completions(model, input_ids, attention_mask,  # left-padded prompts 
     elif adapters is not None: raise ValueError("adapters: the model carries none (it is not a peft model)")
     else: names = who = None
     L = T + max_new_tokens - 1  # cache columns: the prompt, and every generated token but the last
-    with adapters_by_row(model, names, who):
+    rows = who if who is None or copies_cache_rows(model) else who.repeat_interleave(G)  # the rows prefilled
+    with adapters_by_row(model, names, rows):
         prefilled = prefill_prompts(model, input_ids, attention_mask, G)  # columns :T-1, repeated G times
     who = None if who is None else who.repeat_interleave(G)
     dtype = cache_layers(prefilled)[0][0].dtype if prefilled is not None else net.get_input_embeddings().weight.dtype

@@ -6,7 +6,8 @@
 from __future__ import annotations
 import copy, time, warnings
 from dataclasses import dataclass
-from .seam import cache_argument, disagreement, evaluating, failed_in_use, prefill_prompts, probe, probe_ids
+from .seam import (arithmetic_dtype, cache_argument, disagreement, evaluating, failed_in_use, prefill_prompts,
+                          probe, probe_ids)
 from .decoding import (InverseCDFSampler, SampledLogprobs, decode_completions, decode_loop_problem,
                               sampling_processors, supports_decode_loop, token_picker)
 
@@ -243,12 +244,6 @@ def static_cache_config(config,      # `sampling_config(...)`
     static.max_cache_len = static_cache_length(length)  # older transformers size it to the call
     return static
 
-# %% ../nbs/07_generation.ipynb #e6073f02
-def _step_dtype(model):
-    "The dtype a forward of `model` computes in here: the autocast dtype when autocast is on, else the weights'."
-    torch, kind = _torch(), model.device.type
-    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else model.dtype
-
 # %% ../nbs/07_generation.ipynb #3944305b
 def static_cache_problem(model) -> str|None:
     """What is wrong with `generate` decoding `model` through a static cache, against the dynamic cache: greedy
@@ -260,7 +255,7 @@ def static_cache_problem(model) -> str|None:
     for config in (plain, static_cache_config(plain, ids.shape[1] + steps)):
         record = SampledLogprobs(len(ids), steps, 1.0, model.device)
         with torch.no_grad(): new = generate_ids(model, ids, mask, 1, config, prefill=False, logits_processor=[record])
-        runs.append((new, record.finish(new).to(_step_dtype(model))))
+        runs.append((new, record.finish(new).to(arithmetic_dtype(model))))
     (want, want_lp), (got, got_lp) = runs
     if got.shape != want.shape or not torch.equal(got[:, 0], want[:, 0]):
         return f"greedy tokens {got.tolist()}, not {want.tolist()}"

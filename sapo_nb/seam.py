@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib, inspect, sys, warnings, weakref
 
 # %% auto #0
-__all__ = ['PLAIN_HEAD_MODELS', 'evaluating', 'probing', 'probe', 'forget_checks', 'failed_in_use', 'disagreement', 'probe_ids',
-           'accepts_argument', 'cache_argument', 'cache_continues_problem', 'prompt_cache', 'cache_layers',
-           'cache_rows_problem', 'prefill_prompts', 'cache_of_rows', 'rotary', 'rotary_problem', 'pack_problem',
-           'packed_linear', 'head_problem', 'logits_where', 'unwrap_adapters', 'checkpointing_on']
+__all__ = ['PLAIN_HEAD_MODELS', 'evaluating', 'probing', 'probe', 'forget_checks', 'failed_in_use', 'disagreement',
+           'arithmetic_dtype', 'probe_ids', 'accepts_argument', 'cache_argument', 'cache_continues_problem',
+           'prompt_cache', 'cache_layers', 'cache_rows_problem', 'copies_cache_rows', 'prefill_prompts',
+           'cache_of_rows', 'rotary', 'rotary_problem', 'pack_problem', 'packed_linear', 'head_problem', 'logits_where',
+           'unwrap_adapters', 'checkpointing_on']
 
 # %% ../nbs/05_seam.ipynb #35c586c7
 def _torch():
@@ -106,6 +107,17 @@ def disagreement(got, want,
     gap, size = (got.float() - want.float()).abs().mean().item(), want.float().abs().mean().item()
     return None if gap <= tol * (1 + size) else f"off by {gap:.3g} on average"
 
+# %% ../nbs/05_seam.ipynb #760885c0
+def arithmetic_dtype(model):
+    """The narrowest dtype a forward of `model` computes in here: its floating weights' (a LoRA base may be narrower
+    than its adapters), and autocast's where autocast is on for its device."""
+    torch = _torch()
+    weights = [p for p in model.parameters() if p.is_floating_point()]
+    kinds = {p.dtype for p in weights}
+    device = weights[0].device.type if weights else "cpu"
+    if torch.is_autocast_enabled(device): kinds.add(torch.get_autocast_dtype(device))
+    return min(kinds or {torch.float32}, key=lambda d: torch.finfo(d).bits)
+
 # %% ../nbs/05_seam.ipynb #507e3885
 def probe_ids(model, n:int=5) -> tuple:
     "`(input_ids, attention_mask)`: two rows of `n` token ids any vocabulary has, the second left-padded by one."
@@ -157,7 +169,7 @@ def cache_continues_problem(model) -> str|None:
         if cache is None: return None  # no cache to pass on: `prompt_cache` gives none
         step = model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=_positions(mask)[:, -1:],
                      use_cache=True, **{cache_argument(model): cache}).logits[:, -1]
-    return disagreement(step, whole)
+    return disagreement(step, whole, arithmetic_dtype(model))
 
 # %% ../nbs/05_seam.ipynb #0dabe394
 def prompt_cache(model, input_ids, attention_mask):
@@ -179,7 +191,7 @@ def cache_rows_problem(model) -> str|None:
     indexed (`batch_select_indices`), against caches computed on those rows; None if nothing."""
     torch = _torch()
     ids, mask = probe_ids(model)
-    rows = torch.tensor([1, 0, 0, 1], device=ids.device)
+    rows, dtype = torch.tensor([1, 0, 0, 1], device=ids.device), arithmetic_dtype(model)
     with torch.no_grad():
         repeated, picked = _forward_cache(model, ids, mask), _forward_cache(model, ids, mask)
         if repeated is None: return None
@@ -189,16 +201,21 @@ def cache_rows_problem(model) -> str|None:
                  (picked, _forward_cache(model, ids[rows], mask[rows])))
         for got, want in pairs:
             for (k, v), (k0, v0) in zip(cache_layers(got), cache_layers(want), strict=True):
-                if problem := disagreement(k, k0) or disagreement(v, v0): return problem
+                if problem := disagreement(k, k0, dtype) or disagreement(v, v0, dtype): return problem
     return None
 
 # %% ../nbs/05_seam.ipynb #ca443fec
+def copies_cache_rows(model) -> bool:
+    "Whether copied rows of `model`'s KV cache may stand for computed ones: `cache_rows_problem`'s verdict, once."
+    return probe(model, "copying KV cache rows", cache_rows_problem, "each copy is computed") is None
+
 def prefill_prompts(model, input_ids, attention_mask, G:int):
-    """KV cache of the left-padded prompts without their last token, each row repeated `G` times; None if a prompt
-    has one token or `prompt_cache` gives none."""
+    """KV cache of the left-padded prompts without their last token, each row repeated `G` times (computed `G` times
+    where `copies_cache_rows` says copies may not stand for it); None if a prompt has one token or `prompt_cache`
+    gives none."""
     if input_ids.shape[1] < 2: return None
     ids, mask = input_ids[:, :-1], attention_mask[:, :-1]
-    if probe(model, "copying KV cache rows", cache_rows_problem, "each copy is computed"):
+    if not copies_cache_rows(model):
         return prompt_cache(model, ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))
     cache = prompt_cache(model, ids, mask)
     if cache is not None: cache.batch_repeat_interleave(G)
@@ -208,7 +225,7 @@ def prefill_prompts(model, input_ids, attention_mask, G:int):
 def cache_of_rows(model, input_ids, attention_mask, rows):
     """KV cache of rows `rows` (an index, repeats allowed) of left-padded token ids, with their gradient; None if
     `prompt_cache` gives none."""
-    if probe(model, "copying KV cache rows", cache_rows_problem, "each copy is computed"):
+    if not copies_cache_rows(model):
         return prompt_cache(model, input_ids[rows], attention_mask[rows])
     cache = prompt_cache(model, input_ids, attention_mask)
     if cache is not None: cache.batch_select_indices(rows)
@@ -243,7 +260,8 @@ def rotary_problem(model) -> str|None:
         k, v = (proj(h).view(*ids.shape, -1, a.head_dim).transpose(1, 2) for proj in (a.k_proj, a.v_proj))
         if hasattr(a, "k_norm"): k = a.k_norm(k.transpose(1, 2)).transpose(1, 2)  # Qwen3 normalises each head
         _, k = rotary(model)(h, _positions(mask))(k, k)
-    return disagreement(k, keys) or disagreement(v, values)
+    dtype = arithmetic_dtype(model)
+    return disagreement(k, keys, dtype) or disagreement(v, values, dtype)
 
 # %% ../nbs/05_seam.ipynb #0adfbc25
 def _pack_available(dtype) -> bool:
@@ -287,7 +305,7 @@ def head_problem(model) -> str|None:
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     with torch.no_grad():
         got = head(decoder(input_ids=ids, attention_mask=mask).last_hidden_state)
-        return disagreement(got, model(input_ids=ids, attention_mask=mask).logits)
+        return disagreement(got, model(input_ids=ids, attention_mask=mask).logits, arithmetic_dtype(model))
 
 # %% ../nbs/05_seam.ipynb #8b011595
 def logits_where(model, keep, **inputs):

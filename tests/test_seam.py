@@ -10,7 +10,7 @@ from sapo_nb import seam
 from sapo_nb.decoding import decode_completions, decode_loop_problem, stacked_linear, token_picker
 from sapo_nb.generation import encode_prompts, generate_completions
 from sapo_nb.grpo import GRPOTrainer, shared_prompt_logprobs, token_logprobs, training_groups
-from sapo_nb.models import load_policy
+from sapo_nb.models import load_policy, lora_policy, move_adapters
 
 
 @pytest.fixture(autouse=True)
@@ -107,10 +107,8 @@ def test_mkldnn_pack_that_returns_wrong_numbers_falls_back_to_linear(tiny, monke
         assert len(said(caught, "sapo_nb")) == 1 and said(caught, "oneDNN's packed linear"), [str(w.message) for w in caught]
 
 
-def test_cache_rows_copied_wrong_fall_back_to_computed_rows(tiny, monkeypatch):
-    "A cache whose rows come out in the wrong order is not copied: each row is computed, samples unchanged, one warning."
-    before = (sample(tiny.model, tiny.tokenizer), sample(tiny.model, tiny.tokenizer, backend="generate"))
-    seam.forget_checks()
+def copy_rows_wrong(monkeypatch):
+    "transformers' caches copy rows in the wrong order from now on (tiled instead of repeated row by row, reversed)."
     def tiled(self, repeats):
         for layer in self.layers:
             layer.keys, layer.values = layer.keys.repeat(repeats, 1, 1, 1), layer.values.repeat(repeats, 1, 1, 1)
@@ -119,6 +117,13 @@ def test_cache_rows_copied_wrong_fall_back_to_computed_rows(tiny, monkeypatch):
             layer.keys, layer.values = layer.keys[indices.flip(0)], layer.values[indices.flip(0)]
     monkeypatch.setattr(DynamicCache, "batch_repeat_interleave", tiled)
     monkeypatch.setattr(DynamicCache, "batch_select_indices", reversed_rows)
+
+
+def test_cache_rows_copied_wrong_fall_back_to_computed_rows(tiny, monkeypatch):
+    "A cache whose rows come out in the wrong order is not copied: each row is computed, samples unchanged, one warning."
+    before = (sample(tiny.model, tiny.tokenizer), sample(tiny.model, tiny.tokenizer, backend="generate"))
+    seam.forget_checks()
+    copy_rows_wrong(monkeypatch)
     model = copy.deepcopy(tiny.model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -126,6 +131,26 @@ def test_cache_rows_copied_wrong_fall_back_to_computed_rows(tiny, monkeypatch):
     assert len(said(caught, "sapo_nb")) == 1 and said(caught, "copying KV cache rows"), [str(w.message) for w in caught]
     assert after[0].backend == "loop"
     assert [a.texts for a in after] == [b.texts for b in before]
+
+
+def test_cache_rows_computed_for_prompts_through_their_own_adapters(monkeypatch):
+    """Where copied cache rows may not stand for computed ones, prompts sampled together through their own LoRA adapters
+    are each prefilled G times, each copy through its prompt's adapter: the same samples as with copies."""
+    nodes = [lora_policy("tiny", f"rows-{k}", rank=4, seed=k, compute_dtype="float32") for k in range(2)]
+    try:
+        for k, node in enumerate(nodes): move_adapters(node.model, seed=k)  # adapters that change the samples
+        model, tok = nodes[0].base.model, nodes[0].base.tokenizer
+        mixed = lambda: sample(model, tok, adapters=["rows-0", "rows-1"])
+        before = mixed()
+        seam.forget_checks()
+        copy_rows_wrong(monkeypatch)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            after = mixed()
+        assert said(caught, "copying KV cache rows"), [str(w.message) for w in caught]
+        assert (after.backend, after.texts) == ("loop", before.texts)
+    finally:
+        for node in nodes: node.release()
 
 
 def test_head_that_does_more_than_project_falls_back_to_forward(tiny):
