@@ -1,0 +1,55 @@
+"""What `pip install sapo_nb` brings: every package the library imports comes with the plain install, or with the
+extra of the one feature that imports it."""
+import ast, importlib.metadata as md, re, sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sapo_nb"
+ONLY_WHERE_IT_RUNS = ("google",)  # google.colab: Colab's own, imported only inside a Colab runtime
+FEATURE_EXTRAS = {"hivemind": "hivemind"}  # module -> the extra of the one feature that imports it (the DHT pool)
+
+
+def imported_modules() -> dict:
+    "Top-level module -> the files of the package that import it (at any depth: most imports sit inside functions)."
+    found = {}
+    for path in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for name in names: found.setdefault(name.split(".")[0], set()).add(path.name)
+    return found
+
+
+def normal(name:str) -> str: return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_names(requirements, extra=None) -> set:
+    "Normalised distribution names of requirement strings: the plain ones, or those of extra `extra`."
+    names = set()
+    for req in requirements or []:
+        marker = re.search(r"""extra\s*==\s*['"]([^'"]+)['"]""", req)
+        if (marker.group(1) if marker else None) == extra: names.add(normal(re.split(r"[\s;<>=!~\[(]", req, 1)[0]))
+    return names
+
+
+def installed_by(roots:set) -> set:
+    "`roots` and every distribution they require, as far as they are installed here (extras not followed)."
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen: continue
+        seen.add(name)
+        try: todo.extend(requirement_names(md.requires(name)))
+        except md.PackageNotFoundError: pass
+    return seen
+
+
+def test_every_package_the_library_imports_comes_with_the_install():
+    "A plain install runs every command (the report's statistics too); a feature's own package comes with its extra."
+    providers, ours = md.packages_distributions(), md.requires("sapo_nb")
+    plain, missing = installed_by(requirement_names(ours)), {}
+    for module, files in imported_modules().items():
+        if module in sys.stdlib_module_names or module in ("sapo_nb", *ONLY_WHERE_IT_RUNS): continue
+        dists = {normal(d) for d in providers.get(module, [module])}
+        extra = FEATURE_EXTRAS.get(module)
+        if not dists & (plain | (requirement_names(ours, extra) if extra else set())): missing[module] = sorted(files)
+    assert not missing, f"imported, but neither the plain install nor its feature's extra brings it: {missing}"
