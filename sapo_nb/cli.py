@@ -315,7 +315,7 @@ def add_compare_command(sub) -> argparse.ArgumentParser:
     cp = sub.add_parser("compare",
                         help="a node's answers to the held-out questions before and after training, side by side")
     add_node_of_run(cp, "the node to compare")
-    cp.add_argument("--show", type=int, default=10, help="questions to show, changed ones first (default: %(default)s)")
+    cp.add_argument("--show", type=int, default=10, help="questions answered differently to show (default: %(default)s)")
     return cp
 
 # %% ../nbs/22_cli.ipynb #b1051603

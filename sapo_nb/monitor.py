@@ -366,8 +366,13 @@ def compare_answers(run_dir, # a run folder: `<root>/<experiment>`
     changed first."""
     from sapo_nb.tasks import eval_items, EVAL_SET_SIZE
     from sapo_nb.evaluation import item_key
-    recs = [r for r in read_jsonl(trust_root(Path(run_dir).parent) / Path(run_dir).name / "logs" / node
-                                  / "eval_items.jsonl")
+    logs = trust_root(Path(run_dir).parent) / Path(run_dir).name / "logs"
+    nodes = sorted(name for name, kind in list_dir(logs).items() if kind == "dir")
+    if node not in nodes:
+        raise ValueError(f"{run_dir} has no node {printable_name(node)}; its nodes: "
+                         + (", ".join(map(printable_name, nodes)) or "none (no logs: is it a run folder, "
+                                                                    "<root>/<experiment>?)"))
+    recs = [r for r in read_jsonl(logs / node / "eval_items.jsonl")
             if isinstance(r, dict) and isinstance(r.get("items"), list) and isinstance(r.get("mix"), str)]
     base = next((r for r in recs if r.get("when") == "base"), None)
     last = next((r for r in reversed(recs) if r.get("when") == "final"), None)
@@ -388,14 +393,16 @@ def compare_answers(run_dir, # a run folder: `<root>/<experiment>`
 
 # %% ../nbs/17_monitor.ipynb #55e70ba2
 def format_comparison(c:dict, node:str, show:int=10) -> str:
-    "`compare_answers` as text: the totals, then `show` questions (changed ones first), each answer with ✓ or ✗."
+    "`compare_answers` as text: the totals, then up to `show` questions answered differently, each with ✓ or ✗."
     mark = lambda ok: "✓" if ok else "✗"
     cut = lambda s, n: s if len(s) <= n else s[:n - 1] + "…"
     lines = [f"{printable_name(node)}: held-out pass@1 {c['base']:.3f} (base) -> {c['trained']:.3f} (trained) "
              f"on {c['n']} questions: {c['fixed']} fixed, {c['broken']} broken, "
              f"{c['n'] - c['fixed'] - c['broken']} unchanged",
              f"{'question':<48} {'gold':>10}  {'base':>14}  {'trained':>14}"]
-    for r in c["rows"][:show]:
+    changed = [r for r in c["rows"] if r["base_ok"] != r["trained_ok"]][:show]
+    if not changed: lines[1] = "no question is answered differently"
+    for r in changed:
         q = " ".join(r["question"].split())
         lines.append(f"{cut(q, 48):<48} {cut(r['gold'], 10):>10}  "
                      f"{cut(r['base'] or '-', 12):>12} {mark(r['base_ok'])}  "
