@@ -169,6 +169,7 @@ def run_swarm(args) -> int:
     "`sapo swarm`: run the nodes, then say what happened; 1 if a node failed."
     from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall, waiting_for_peers
     from sapo_nb.models import precision_note, resolve_device
+    from sapo_nb.core import metrics_path
     cfg = _run_config(args)
     cfgs = node_configs(cfg, args.nodes, args.override)
     if args.mode == "process" and args.nodes > 1 and not _given("wait_policy", args):
@@ -185,17 +186,22 @@ def run_swarm(args) -> int:
         if args.threads:
             from sapo_nb.swarm import set_threads
             set_threads(args.threads)
-        codes = {k: 0 if v == "done" else 1 for k, v in run_inline(cfgs).items()}
-    else: codes = ProcessSwarm(cfgs, threads=args.threads).start().wait()
+        failed = {k: v for k, v in run_inline(cfgs).items() if v != "done"}
+    else:
+        codes = ProcessSwarm(cfgs, threads=args.threads).start().wait()
+        failed = {c.node_id: f"exit code {codes[c.node_id]}; its output is in {metrics_path(c).parent / 'node.log'}"
+                  for c in cfgs if codes.get(c.node_id) != 0}
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s")
-    failed = [k for k, v in codes.items() if v != 0]
-    _ending(cfg, [c.node_id for c in cfgs], keep_checkpoints=args.keep_checkpoints or bool(failed))
+    _ending(cfg, [c.node_id for c in cfgs], keep_checkpoints=args.keep_checkpoints or bool(failed), failed=failed)
     if failed: print(f"sapo swarm: node(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
 # %% ../nbs/22_cli.ipynb #ef7ca844
-def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
-    "What a run prints at its end: status, what happened, disk used and freed, where the results are."
+def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
+            failed:dict|None=None, # node id -> why it stopped
+           ):
+    """What a run prints at its end: status, what happened, disk used and freed, why nodes failed, where the results
+    are."""
     from sapo_nb.swarm import disk_usage, format_bytes, remove_checkpoints
     from sapo_nb.monitor import swarm_status, format_status, run_summary, format_summary, format_peers
     from sapo_nb.core import experiment_dir
@@ -203,9 +209,9 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
     exp, status = experiment_dir(cfg), swarm_status(cfg.root, cfg.experiment)
     out(format_status(status))
     if peers := format_peers(status): out("\n" + peers)
+    summary = run_summary(cfg.root, cfg.experiment)
     out("\nwhat happened (mean reward over the first and the last rounds; "
-        "held-out accuracy before and after training):\n"
-        + format_summary(run_summary(cfg.root, cfg.experiment)))
+        "held-out accuracy before and after training):\n" + format_summary(summary))
     used = disk_usage(exp)
     finished = {s["node"] for s in status if s["state"] == "done"} >= set(nodes)
     if finished and not keep_checkpoints:
@@ -220,7 +226,9 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print):
             f"--experiment {cfg.experiment} removes them)")
     else:
         out(f"\ndisk: {format_bytes(used)} under {exp}; checkpoints kept: the run stopped before its last round, "
-            "and the same command resumes it")
+            "and the same command resumes it" + (" once what stopped it is mended" if failed else ""))
+    for node, why in (failed or {}).items(): out(f"{node} stopped: {why}")
+    if not summary: return  # nothing to report or compare yet
     out(f"metrics: {exp}/logs/<node>/metrics.jsonl\nreport:  sapo report {shlex.quote(str(exp))}\n"
         f"answers before and after: sapo compare {shlex.quote(str(exp))} --node {nodes[0]}")
 

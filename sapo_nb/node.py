@@ -11,7 +11,7 @@ from typing import NamedTuple
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig
-from .core import (Group, RoundMetrics, UnsafePath, atomic_write, append_jsonl, remove, safe_text, is_count,
+from .core import (Group, RoundMetrics, UnsafePath, atomic_write, append_jsonl, remove, is_count,
                           is_finite, experiment_dir, metrics_path, checkpoint_dir, eval_records_path, provenance_path,
                           provenance)
 from .tasks import TaskStream, derive_seed, eval_items, format_prompt, mix_settings
@@ -644,7 +644,7 @@ def sample_together(nodes:list, r:int) -> list:
                                           adapters=[nodes[k].policy.adapter_name for k in ks for _ in drawn[k].prompts])
         except Exception as e:  # said, and no question lost: each node samples the questions it drew, in its own round
             nodes[ks[0]].log(f"sampling {len(ks)} nodes in one batch failed "
-                             f"({type(e).__name__}: {safe_text(str(e), 200)}); "
+                             f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); "  # own text: no peer's
                              "each samples the questions it drew on its own")
             for k in ks: out[k] = drawn[k]  # `begin_round` samples a node's `Drawn` questions itself
             continue

@@ -136,7 +136,20 @@ def test_stopped_swarm_keeps_checkpoints_to_resume(tmp_path):
     code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path), "--mode", "process")
     assert code == 1 and "node-1" in err
     assert (tmp_path / "sapo" / "checkpoints" / "node-0" / "round_2" / "complete").exists()
-    assert "checkpoints kept: the run stopped before its last round, and the same command resumes it" in out, out
+    assert ("checkpoints kept: the run stopped before its last round, and the same command resumes it once what "
+            "stopped it is mended") in out, out
+    assert re.search(r"node-1 stopped: exit code \d+; its output is in \S+node-1/node\.log", out), out
+
+
+def test_a_swarm_whose_nodes_fail_at_once_says_why_and_offers_nothing_to_read(tmp_path, monkeypatch):
+    "Nodes that fail before their first row: the ending gives each one's error, and no report or comparison to run."
+    def broken(self, *a, **k): raise RuntimeError("The size of tensor a (8) must match the size of tensor b (2)")
+    monkeypatch.setattr(SwarmNode, "step", broken)
+    code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path))
+    assert code == 1 and "node(s) failed: node-0, node-1" in err, err
+    for node in ("node-0", "node-1"):
+        assert f"{node} stopped: RuntimeError: The size of tensor a (8) must match the size of tensor b (2)" in out, out
+    assert "sapo report" not in out and "sapo compare" not in out, out
 
 
 def test_clean_frees_checkpoints_and_keeps_metrics(tmp_path):
