@@ -856,6 +856,10 @@ def _rgba(hex_color:str, alpha:float) -> str:
     h = hex_color.lstrip("#")
     return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
 
+def _lines(x) -> str:
+    "A line trace's plotly mode: a line, or a marker where it has one point (a line through one point is not drawn)."
+    return "lines" if len(x) > 1 else "markers"
+
 # %% ../nbs/19_analysis.ipynb #dadd9718
 def fig_rewards(
     df:pd.DataFrame, # from `load_runs`
@@ -872,7 +876,7 @@ def fig_rewards(
                         shared_xaxes=True, vertical_spacing=0.12 if rows > 1 else 0.1)
     for k, c in enumerate(order):
         for i, ((run, node), g) in enumerate(df[df.config == c].groupby(["run", "node_id"])):
-            fig.add_trace(go.Scatter(x=g["round"], y=g[metric], mode="lines", line=dict(width=1), opacity=0.7,
+            fig.add_trace(go.Scatter(x=g["round"], y=g[metric], mode=_lines(g), line=dict(width=1), opacity=0.7,
                                      name=f"{node} · seed {g.seed.iloc[0]}", legendgroup=str(c), showlegend=False,
                                      hovertemplate=f"{c} · {node} · seed {g.seed.iloc[0]}<br>round %{{x}}: "
                                                    f"%{{y:.3f}}<extra></extra>"),
@@ -915,7 +919,7 @@ def fig_moving_average(
                                  legendgroup=str(c), hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=x, y=g["min"], mode="lines", line=dict(width=0), fill="tonexty",
                                  fillcolor=_rgba(pal[c], 0.2), showlegend=False, legendgroup=str(c), hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=x, y=g["mean"], mode="lines", line=dict(color=pal[c], width=2), legendgroup=str(c),
+        fig.add_trace(go.Scatter(x=x, y=g["mean"], mode=_lines(x), line=dict(color=pal[c], width=2), legendgroup=str(c),
                                  name=f"{c} (window {w})"))
     fig.update_layout(title=f"{metric}: moving average, mean across nodes, band = min/max node",
                       template="plotly_white", xaxis_title="round", yaxis_title=metric, hovermode="x unified")
@@ -985,7 +989,7 @@ def fig_adaptive_j(
     import plotly.graph_objects as go
     ad, fig = adaptive_nodes(df), go.Figure()
     for (run, node), g in ad.groupby(["run", "node_id"]):
-        fig.add_trace(go.Scatter(x=g["round"], y=g["J"], mode="lines", line=dict(shape="hv", width=1.5),
+        fig.add_trace(go.Scatter(x=g["round"], y=g["J"], mode=_lines(g), line=dict(shape="hv", width=1.5),
                                  name=f"{g.config.iloc[0]} · {node} · seed {g.seed.iloc[0]}"))
     if ad.empty: fig.add_annotation(text="no adaptive runs", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     fig.update_layout(title="Adaptive runs: J over rounds (I + J fixed)", template="plotly_white",
@@ -1030,7 +1034,8 @@ def fig_held_out(
                                      showlegend=False, legendgroup=str(c),
                                      hovertemplate=f"{c} · seed {s}<br>%{{x}} rounds trained: "
                                                    f"%{{y:.3f}}<extra></extra>"))
-        fig.add_trace(go.Scatter(x=band.rounds_trained, y=band["mean"], mode="lines", line=dict(color=pal[c], width=3),
+        fig.add_trace(go.Scatter(x=band.rounds_trained, y=band["mean"], mode=_lines(band),
+                                 line=dict(color=pal[c], width=3),
                                  legendgroup=str(c), name=f"{c} (mean of {n} seed{'s' if n != 1 else ''})",
                                  hovertemplate=f"{c} mean<br>%{{x}} rounds trained: %{{y:.3f}}<extra></extra>"))
     if cur.empty: fig.add_annotation(text="no held-out evaluations in these runs", showarrow=False, xref="paper",
