@@ -146,13 +146,15 @@ def _with_process(seen:str, proc:str|None) -> str:
     "The state to show: `seen` (`node_state` of the rows) corrected by `proc` (from `process_states`)."
     if seen == "done" and proc != "running": return "done"
     if proc == "exited": return "stopped"
-    if seen == "-": return "starting" if proc else "-"
+    if seen == "-": return "starting" if proc else "no round yet"
     return "stale" if seen == "stale" else proc or "alive"
 
 # %% ../nbs/17_monitor.ipynb #e350e0c2
 def _lease_process(exp, node:str, seen:str) -> str|None:
-    "'exited' for a node its rows call alive or stale that holds no lease (released, or its holder gone); else None."
+    """'exited' for a node its rows call alive or stale that holds no lease (released, or its holder gone); 'running'
+    for a node with no row yet whose lease is held (it is in its first round); else None."""
     from sapo_nb.durability import lease_alive, lease_file
+    if seen == "-": return "running" if lease_alive(lease_file(exp, node)) else None
     return "exited" if seen in ("alive", "stale") and not lease_alive(lease_file(exp, node)) else None
 
 # %% ../nbs/17_monitor.ipynb #4e06c68f
@@ -161,26 +163,28 @@ def swarm_status(root, # the runs folder
                  now:float|None=None, # the time to judge at; None: now
                  stale_after:float|None=None, # as in `node_state`
                 ) -> list:
-    """One `node_status` per node of `<root>/<experiment>` with a valid row, from its whole metrics file
-    (`skipped`: rows that are not valid), with its `peer_table`."""
+    """One `node_status` per node folder of `<root>/<experiment>`, from its whole metrics file (`skipped`: rows that
+    are not valid), with its `peer_table`; a node with no valid row yet is 'starting' while it holds its lease."""
     now, exp = time.time() if now is None else now, trust_root(root) / experiment  # the root trusted, nothing below it
     total, out = planned_rounds(exp), []
     for d in node_dirs(exp):
         read = read_jsonl(d / "metrics.jsonl")
         rows = [r for r in read if valid_metrics_row(r)]
-        if rows: out.append(dict(node_status(d.name, rows[-1], len(rows), len(read) - len(rows), total.get(d.name), now,
-                                             stale_after), peers=peer_table(rows)))
+        out.append(dict(node_status(d.name, rows[-1] if rows else None, len(rows), len(read) - len(rows),
+                                    total.get(d.name), now, stale_after), peers=peer_table(rows)))
     for row in out: row["state"] = _with_process(row["state"], _lease_process(exp, row["node"], row["state"]))
     return out
 
 # %% ../nbs/17_monitor.ipynb #147ee0e9
 def format_status(rows:list) -> str:
-    "The status rows as a fixed-width table; a node name that is not a valid node id is shown quoted and escaped."
+    """The status rows as a fixed-width table (idle seconds only for a node not done); a node name that is not a valid
+    node id is shown quoted and escaped."""
     head = f"{'node':>10} {'rounds':>9} {'reward':>7} {'s/round':>8} {'idle s':>7}  state"
     done = lambda r: f"{r['rounds']}" + (f"/{r['total_rounds']}" if r.get("total_rounds") else "")
-    lines = [f"{printable_name(r['node']):>10} {done(r):>9} "
-             f"{'-' if r['reward'] is None else format(r['reward'], '.3f'):>7} "
-             f"{r['seconds_per_round']:>8.1f} {r['idle_seconds']:>7.0f}  {r['state']}"
+    num = lambda x, spec: "-" if x is None else format(x, spec)
+    lines = [f"{printable_name(r['node']):>10} {done(r):>9} {num(r['reward'], '.3f'):>7} "
+             f"{num(r['seconds_per_round'], '.1f'):>8} "
+             f"{num(None if r['state'] == 'done' else r['idle_seconds'], '.0f'):>7}  {r['state']}"
              + (f"  ({r['skipped']} malformed rows skipped)" if r.get("skipped") else "") for r in rows]
     return "\n".join([head] + lines) if rows else "no node has written a metrics row yet"
 

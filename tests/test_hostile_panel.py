@@ -77,8 +77,9 @@ def test_status_skips_row_without_seconds(tmp_path):
     write_rows(logs / "node-2" / "metrics.jsonl", MALFORMED)                            # nothing usable at all
     st = swarm_status(tmp_path, "exp", now=1010.0)
     assert [(s["node"], s["rounds"], s["last_round"], s["reward"], s["seconds_per_round"]) for s in st] == \
-           [("node-0", 2, 1, 0.5, 2.0), ("node-1", 1, 0, 0.5, 2.0)]
-    assert [s["skipped"] for s in st] == [1, len(MALFORMED)]
+           [("node-0", 2, 1, 0.5, 2.0), ("node-1", 1, 0, 0.5, 2.0), ("node-2", 0, None, None, None)]
+    assert [s["skipped"] for s in st] == [1, len(MALFORMED), len(MALFORMED)]
+    assert st[2]["state"] == "no round yet"
     table = format_status(st)
     assert "node-0" in table and f"({len(MALFORMED)} malformed rows skipped)" in table, table
 
@@ -100,7 +101,7 @@ def test_panel_skips_malformed_rows(tmp_path):
     w = SwarmWatcher(tmp_path, "exp")
     w.refresh()
     st = w.status(now=1010.0)
-    assert [(s["node"], s["rounds"], s["last_round"], s["state"]) for s in st] == [("node-0", 3, 2, "stopped"), ("node-1", 0, None, "-")]  # no lease held: nothing runs it
+    assert [(s["node"], s["rounds"], s["last_round"], s["state"]) for s in st] == [("node-0", 3, 2, "stopped"), ("node-1", 0, None, "no round yet")]  # no lease held: nothing runs it
     assert [s["skipped"] for s in st] == [len(MALFORMED) + 4, len(MALFORMED)]
     assert w.nodes["node-0"].rewards == [0.5, 0.5, 0.5]
     assert f"({len(MALFORMED) + 4} skipped)" in status_html(st)
