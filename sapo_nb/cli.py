@@ -33,8 +33,10 @@ def add_config_args(parser:argparse.ArgumentParser, preset:str|None=None):
     for f in fields(SAPOConfig):
         kind, names = field_kind(f), ([f"--{f.name.replace('_', '-')}"]
                                       + ([SHORT_FLAGS[f.name]] if f.name in SHORT_FLAGS else []))
-        kw = dict(dest=f.name, default=argparse.SUPPRESS,
-                  help=f"{docs[f.name]} (default: {getattr(base, f.name)!r})")
+        by_adapter = PRESETS.get(preset, {}).get(f.name)  # a value that depends on --adapter: both shown
+        shown = (", ".join(f"{v!r} with --adapter {k}" for k, v in by_adapter.items())
+                 if isinstance(by_adapter, dict) else repr(getattr(base, f.name)))
+        kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{docs[f.name]} (default: {shown})")
         if kind is bool: group.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         elif kind is tuple: group.add_argument(*names, nargs="*", **kw)
         else: group.add_argument(*names, type=str, metavar=kind.__name__.upper(), **kw)
@@ -134,9 +136,9 @@ def run_node(args) -> int:
 def add_swarm_command(sub) -> argparse.ArgumentParser:
     "`sapo swarm`: the config flags (laptop preset), how many nodes and how they run."
     s = add_config_args(sub.add_parser("swarm", help="run several nodes on this machine"), preset=COMMAND_PRESET)
-    s.add_argument("--nodes", type=int, default=3, help="nodes to start (node-0, node-1, ...)")
+    s.add_argument("--nodes", type=int, default=3, help="nodes to start (node-0, node-1, ...; default: %(default)s)")
     s.add_argument("--mode", choices=["inline", "process"], default="inline",
-                   help="one process taking turns, or a process per node")
+                   help="one process taking turns, or a process per node (default: %(default)s)")
     s.add_argument("--override", action="append", default=[], metavar="NODE:FIELD=VALUE,...",
                    help="per-node config, repeatable")
     s.add_argument("--threads", type=_positive, default=None,
@@ -167,19 +169,19 @@ def _plan_line(cfg:SAPOConfig, args) -> str:
 # %% ../nbs/22_cli.ipynb #7d22112e
 def run_swarm(args) -> int:
     "`sapo swarm`: run the nodes, then say what happened; 1 if a node failed."
-    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall, waiting_for_peers
+    from sapo_nb.swarm import check_startable, node_configs, run_inline, ProcessSwarm, pool_shortfall, waiting_for_peers
     from sapo_nb.models import precision_note, resolve_device
     from sapo_nb.core import metrics_path
     cfg = _run_config(args)
     cfgs = node_configs(cfg, args.nodes, args.override)
+    check_startable(cfgs, processes=args.mode == "process")  # a run that cannot start says so before anything else
     if args.mode == "process" and args.nodes > 1 and not _given("wait_policy", args):
         cfgs = waiting_for_peers(cfgs)
         print(f"process mode: each node waits up to {cfg.wait_seconds:.0f} s a round for the other nodes' rollouts "
               "(--wait-policy none: never)")
     t0 = time.perf_counter()
     print(_plan_line(cfg, args))
-    try: print(precision_note(resolve_device(cfg.device), cfg.compute_dtype, cfg.dtype))
-    except ValueError: pass  # a device this machine lacks: the start check says so, in its own words
+    print(precision_note(resolve_device(cfg.device), cfg.compute_dtype, cfg.dtype))
     # inline mode logs it itself
     if args.mode == "process" and (warning := pool_shortfall(cfgs)): print(warning)
     if args.mode == "inline":
@@ -423,13 +425,31 @@ COMMANDS = {
     "export": Command(add_export_command, run_export)}
 
 # %% ../nbs/22_cli.ipynb #711654e0
+class _Parser(argparse.ArgumentParser):
+    "`sapo`'s parsers: a usage error is one line about the command, and where its flags are listed, not its usage."
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists what it takes)\n")
+
 def _parser() -> argparse.ArgumentParser:
-    "`sapo` and its subcommands, in the order of `COMMANDS`."
-    p = argparse.ArgumentParser(prog="sapo",
-                                description="SAPO: decentralized RL post-training that shares decoded rollouts.")
-    sub = p.add_subparsers(dest="command", required=True)
+    "`sapo` and its subcommands, in the order of `COMMANDS` (`commands`: name -> the subcommand's parser)."
+    p = _Parser(prog="sapo", description="SAPO: decentralized RL post-training that shares decoded rollouts.")
+    sub = p.add_subparsers(dest="command", required=True)  # each subcommand's parser is a `_Parser` too
     for command in COMMANDS.values(): command.add(sub)
+    p.commands = sub.choices
     return p
+
+def _parse(argv=None) -> argparse.Namespace:
+    """`sapo ARGV` parsed. A flag its subcommand does not take is refused by the subcommand, with the flag it takes
+    that is spelled closest."""
+    import difflib
+    p = _parser()
+    args, extra = p.parse_known_args(argv)
+    if extra:
+        sub = p.commands[args.command]
+        flags = list(sub._option_string_actions)  # argparse keeps no public list of a parser's flags
+        near = [m for x in extra if x.startswith("-") for m in difflib.get_close_matches(x.split("=")[0], flags, 1)]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    return args
 
 # %% ../nbs/22_cli.ipynb #16bbdef9
 def _stopped(args, argv) -> str:
@@ -447,8 +467,9 @@ def _stopped(args, argv) -> str:
             try: kept = max(checkpoint_rounds(checkpoint_dir(c)), default=None)
             except OSError: kept = None
             lines.append(f"  {c.node_id}: {logged} round(s) logged; "
-                         + ("no checkpoint yet: it starts over (its rows kept aside)"
-                            if kept is None else f"resumes after round {kept + 1} (its checkpoint)"))
+                         + ("it starts at its first round" if not logged and kept is None else
+                            "no checkpoint yet: it starts over (its rows kept aside)" if kept is None else
+                            f"resumes after round {kept + 1} (its checkpoint)"))
     except Exception as e: lines = [f"  (what was kept could not be read: {type(e).__name__})"]
     again = shlex.join(["sapo", *(sys.argv[1:] if argv is None else argv)])
     return "\n".join(["sapo: stopped. Kept:", *lines, f"The same command goes on: {again}"])
@@ -477,5 +498,5 @@ def _run_command(run, args:argparse.Namespace, argv) -> int:
 # %% ../nbs/22_cli.ipynb #b9929839
 def main(argv=None) -> int:
     "The `sapo` command: parse `argv`, find the subcommand in `COMMANDS`, run it with the shared error handling."
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     return _run_command(COMMANDS[args.command].run, args, argv)

@@ -85,7 +85,7 @@ class SAPOConfig:
         "task mix: 'paper' (the nine ReasoningGym tasks), 'quick' (easy CPU arithmetic) or 'arith' (harder CPU "
         "arithmetic)")
     tasks: tuple = _f((), "optional subset of the mix's tasks to draw from; empty = the whole mix")
-    share_stream: bool = _f(False, "all nodes draw the same questions (default: each node its own stream)")
+    share_stream: bool = _f(False, "all nodes draw the same questions; off, each node draws its own stream")
     # --- generation
     max_new_tokens: int = _f(256, "completion length limit, in tokens")
     temperature: float = _f(1.0, "sampling temperature")
