@@ -162,7 +162,7 @@ def _plan_line(cfg:SAPOConfig, args) -> str:
     training = (f"a LoRA adapter each (rank {cfg.lora_rank}, {shared}; --adapter none trains every weight)"
                 if cfg.adapter == "lora" else "every weight (full fine-tuning; --adapter lora is lighter)")
     return (f"sapo swarm: {args.nodes} nodes ({args.mode}) of {cfg.model} training {training}, "
-            f"{cfg.rounds} rounds of {cfg.mix}, "
+            f"{cfg.rounds} round{'s' if cfg.rounds != 1 else ''} of {cfg.mix}, "
             f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, "
             f"results in {experiment_dir(cfg)}")
 
