@@ -161,7 +161,8 @@ def _plan_line(cfg:SAPOConfig, args) -> str:
     shared = "one shared base" if args.mode == "inline" else "a base per process"
     training = (f"a LoRA adapter each (rank {cfg.lora_rank}, {shared}; --adapter none trains every weight)"
                 if cfg.adapter == "lora" else "every weight (full fine-tuning; --adapter lora is lighter)")
-    return (f"sapo swarm: {args.nodes} nodes ({args.mode}) of {cfg.model} training {training}, "
+    nodes = f"{args.nodes} node{'s' if args.nodes != 1 else ''}"
+    return (f"sapo swarm: {nodes} ({args.mode}) of {cfg.model} training {training}, "
             f"{cfg.rounds} round{'s' if cfg.rounds != 1 else ''} of {cfg.mix}, "
             f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, "
             f"results in {experiment_dir(cfg)}")
@@ -169,19 +170,19 @@ def _plan_line(cfg:SAPOConfig, args) -> str:
 # %% ../nbs/22_cli.ipynb #7d22112e
 def run_swarm(args) -> int:
     "`sapo swarm`: run the nodes, then say what happened; 1 if a node failed."
-    from sapo_nb.swarm import check_startable, node_configs, run_inline, ProcessSwarm, pool_shortfall, waiting_for_peers
+    from sapo_nb.swarm import node_configs, run_inline, ProcessSwarm, pool_shortfall, waiting_for_peers
     from sapo_nb.models import precision_note, resolve_device
-    from sapo_nb.core import metrics_path
+    from sapo_nb.core import node_log_path
     cfg = _run_config(args)
     cfgs = node_configs(cfg, args.nodes, args.override)
-    check_startable(cfgs, processes=args.mode == "process")  # a run that cannot start says so before anything else
     if args.mode == "process" and args.nodes > 1 and not _given("wait_policy", args):
         cfgs = waiting_for_peers(cfgs)
         print(f"process mode: each node waits up to {cfg.wait_seconds:.0f} s a round for the other nodes' rollouts "
               "(--wait-policy none: never)")
     t0 = time.perf_counter()
     print(_plan_line(cfg, args))
-    print(precision_note(resolve_device(cfg.device), cfg.compute_dtype, cfg.dtype))
+    try: print(precision_note(resolve_device(cfg.device), cfg.compute_dtype, cfg.dtype))
+    except ValueError: pass  # a device this machine lacks: the start check says so, in its own words
     # inline mode logs it itself
     if args.mode == "process" and (warning := pool_shortfall(cfgs)): print(warning)
     if args.mode == "inline":
@@ -191,7 +192,7 @@ def run_swarm(args) -> int:
         failed = {k: v for k, v in run_inline(cfgs).items() if v != "done"}
     else:
         codes = ProcessSwarm(cfgs, threads=args.threads).start().wait()
-        failed = {c.node_id: f"exit code {codes[c.node_id]}; its output is in {metrics_path(c).parent / 'node.log'}"
+        failed = {c.node_id: f"exit code {codes[c.node_id]}; its output is in {node_log_path(c)}"
                   for c in cfgs if codes.get(c.node_id) != 0}
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s")
     _ending(cfg, [c.node_id for c in cfgs], keep_checkpoints=args.keep_checkpoints or bool(failed), failed=failed)
@@ -325,7 +326,8 @@ def add_compare_command(sub) -> argparse.ArgumentParser:
     cp = sub.add_parser("compare",
                         help="a node's answers to the held-out questions before and after training, side by side")
     add_node_of_run(cp, "the node to compare")
-    cp.add_argument("--show", type=int, default=10, help="questions answered differently to show (default: %(default)s)")
+    cp.add_argument("--show", type=int, default=10,
+                    help="questions answered differently to show (default: %(default)s)")
     return cp
 
 # %% ../nbs/22_cli.ipynb #b1051603
@@ -444,6 +446,9 @@ def _parse(argv=None) -> argparse.Namespace:
     import difflib
     p = _parser()
     args, extra = p.parse_known_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if set(extra) & set(given[:given.index(args.command)] if args.command in given else given):
+        p.error(f"unrecognized arguments: {' '.join(extra)}")  # before the command: `sapo`'s, not the command's
     if extra:
         sub = p.commands[args.command]
         flags = list(sub._option_string_actions)  # argparse keeps no public list of a parser's flags

@@ -14,8 +14,8 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES
            'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow',
            'open_regular', 'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'atomic_write',
            'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs', 'experiment_dir',
-           'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'is_finite', 'is_count',
-           'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
+           'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite',
+           'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -301,6 +301,9 @@ def eval_records_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.no
 
 # %% ../nbs/00_core.ipynb #298189c9
 def provenance_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "provenance.jsonl"
+
+# %% ../nbs/00_core.ipynb #7f7cc7a0
+def node_log_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "node.log"  # a node process's output
 
 # %% ../nbs/00_core.ipynb #41487f7c
 COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it

@@ -186,7 +186,7 @@ def format_status(rows:list) -> str:
              f"{num(r['seconds_per_round'], '.1f'):>8} "
              f"{num(None if r['state'] == 'done' else r['idle_seconds'], '.0f'):>7}  {r['state']}"
              + (f"  ({r['skipped']} malformed rows skipped)" if r.get("skipped") else "") for r in rows]
-    return "\n".join([head] + lines) if rows else "no node has written a metrics row yet"
+    return "\n".join([head] + lines) if rows else "no node has started in this run folder yet"
 
 # %% ../nbs/17_monitor.ipynb #4b415fe7
 class MetricsReader:
@@ -370,13 +370,13 @@ def compare_answers(run_dir, # a run folder: `<root>/<experiment>`
     changed first."""
     from sapo_nb.tasks import eval_items, EVAL_SET_SIZE
     from sapo_nb.evaluation import item_key
-    logs = trust_root(Path(run_dir).parent) / Path(run_dir).name / "logs"
-    nodes = sorted(name for name, kind in list_dir(logs).items() if kind == "dir")
+    exp = trust_root(Path(run_dir).parent) / Path(run_dir).name
+    nodes = [d.name for d in node_dirs(exp)]
     if node not in nodes:
         raise ValueError(f"{run_dir} has no node {printable_name(node)}; its nodes: "
                          + (", ".join(map(printable_name, nodes)) or "none (no logs: is it a run folder, "
                                                                     "<root>/<experiment>?)"))
-    recs = [r for r in read_jsonl(logs / node / "eval_items.jsonl")
+    recs = [r for r in read_jsonl(exp / "logs" / node / "eval_items.jsonl")
             if isinstance(r, dict) and isinstance(r.get("items"), list) and isinstance(r.get("mix"), str)]
     base = next((r for r in recs if r.get("when") == "base"), None)
     last = next((r for r in reversed(recs) if r.get("when") == "final"), None)

@@ -41,7 +41,7 @@ _STATE_COLOURS = dict(running="#1a7f37", alive="#1a7f37", done="#555", stopped="
 # %% ../nbs/21_panel.ipynb #fe4c0df3
 def status_html(rows:list) -> str:
     "The status rows as an HTML table: node, round, last reward, s/round, ETA, idle, state; every value HTML-escaped."
-    if not rows: return "<i>no node has written a metrics row yet</i>"
+    if not rows: return "<i>no node has started in this run folder yet</i>"
     head = "".join(f"<th style='padding:2px 8px;text-align:right'>{h}</th>"
                    for h in ("node", "round", "last reward", "s/round", "ETA", "idle", "state"))
     body = []
@@ -54,7 +54,8 @@ def status_html(rows:list) -> str:
                       f"({int(r['skipped'])} skipped)</span>")
         cells = [html.escape(str(v)) for v in (r["node"], rnd, "-" if r["reward"] is None else f"{r['reward']:.3f}",
                  "-" if r["seconds_per_round"] is None else f"{r['seconds_per_round']:.1f}",
-                 _fmt_seconds(r["eta_seconds"]), _fmt_seconds(r["idle_seconds"]))] + [state]
+                 _fmt_seconds(r["eta_seconds"]),
+                 _fmt_seconds(None if r["state"] == "done" else r["idle_seconds"]))] + [state]
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-status' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
 

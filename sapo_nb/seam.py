@@ -114,7 +114,7 @@ def arithmetic_dtype(model):
     torch = _torch()
     weights = [p for p in model.parameters() if p.is_floating_point()]
     kinds = {p.dtype for p in weights}
-    device = weights[0].device.type if weights else "cpu"
+    device = weights[0].device.type if weights else getattr(getattr(model, "device", None), "type", "cpu")
     if torch.is_autocast_enabled(device): kinds.add(torch.get_autocast_dtype(device))
     return min(kinds or {torch.float32}, key=lambda d: torch.finfo(d).bits)
 

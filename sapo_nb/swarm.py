@@ -9,9 +9,9 @@ from contextlib import suppress
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name
-from .core import (experiment_dir, metrics_path, read_jsonl, atomic_write, open_regular, read_json_file,
-                          valid_metrics_row, is_finite, UnsafePath, open_append, open_dir, path_kind, list_dir, remove,
-                          safe_text, trust_root)
+from .core import (experiment_dir, metrics_path, node_log_path, read_jsonl, atomic_write, open_regular,
+                          read_json_file, valid_metrics_row, is_finite, UnsafePath, open_append, open_dir, path_kind,
+                          list_dir, remove, safe_text, trust_root)
 from .node import sample_together
 from .trackers import progress_line
 from .durability import NodeLease, NodeRunning
@@ -242,7 +242,7 @@ class ProcessSwarm:
                    "--root", str(c.root), "node", "--threads", str(self.threads),
                    "--config", str(d / "config.json")]  # `--config X` last: `_is_node` reads it
             # a link planted there (into ~/.bashrc, say) is refused, not followed
-            with open_append(d / "node.log") as out:
+            with open_append(node_log_path(c)) as out:
                 self.procs[c.node_id] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                                          start_new_session=True, env=env)
         self._record()

@@ -101,7 +101,8 @@ def test_panel_skips_malformed_rows(tmp_path):
     w = SwarmWatcher(tmp_path, "exp")
     w.refresh()
     st = w.status(now=1010.0)
-    assert [(s["node"], s["rounds"], s["last_round"], s["state"]) for s in st] == [("node-0", 3, 2, "stopped"), ("node-1", 0, None, "no round yet")]  # no lease held: nothing runs it
+    assert [(s["node"], s["rounds"], s["last_round"], s["state"]) for s in st] == \
+           [("node-0", 3, 2, "stopped"), ("node-1", 0, None, "no round yet")]  # no lease held: nothing runs it
     assert [s["skipped"] for s in st] == [len(MALFORMED) + 4, len(MALFORMED)]
     assert w.nodes["node-0"].rewards == [0.5, 0.5, 0.5]
     assert f"({len(MALFORMED) + 4} skipped)" in status_html(st)

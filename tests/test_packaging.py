@@ -3,7 +3,8 @@ extra of the one feature that imports it."""
 import ast, importlib.metadata as md, re, sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "sapo_nb"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "sapo_nb"
 ONLY_WHERE_IT_RUNS = ("google",)  # google.colab: Colab's own, imported only inside a Colab runtime
 FEATURE_EXTRAS = {"hivemind": "hivemind"}  # module -> the extra of the one feature that imports it (the DHT pool)
 
@@ -22,13 +23,9 @@ def imported_modules() -> dict:
 def normal(name:str) -> str: return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirement_names(requirements, extra=None) -> set:
-    "Normalised distribution names of requirement strings: the plain ones, or those of extra `extra`."
-    names = set()
-    for req in requirements or []:
-        marker = re.search(r"""extra\s*==\s*['"]([^'"]+)['"]""", req)
-        if (marker.group(1) if marker else None) == extra: names.add(normal(re.split(r"[\s;<>=!~\[(]", req, 1)[0]))
-    return names
+def requirement_names(requirements) -> set:
+    "Normalised distribution names of requirement strings, leaving out those of an extra."
+    return {normal(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in requirements or [] if "extra ==" not in r}
 
 
 def installed_by(roots:set) -> set:
@@ -43,13 +40,26 @@ def installed_by(roots:set) -> set:
     return seen
 
 
+def declared() -> tuple:
+    """What the source declares (not what an older install recorded): `settings.ini`'s requirements, and each extra
+    of `setup.py` but the developers' (names normalised)."""
+    import configparser
+    ini = configparser.ConfigParser()
+    ini.read(REPO / "settings.ini")
+    plain = requirement_names(ini["DEFAULT"]["requirements"].split())
+    call = next(n for n in ast.walk(ast.parse((REPO / "setup.py").read_text()))
+                if isinstance(n, ast.keyword) and n.arg == "extras_require")
+    extras = {k.value: requirement_names(ast.literal_eval(v)) for k, v in zip(call.value.keys, call.value.values)
+              if isinstance(v, ast.List)}  # 'dev' names a variable: the tests' own packages
+    return plain, extras
+
+
 def test_every_package_the_library_imports_comes_with_the_install():
     "A plain install runs every command (the report's statistics too); a feature's own package comes with its extra."
-    providers, ours = md.packages_distributions(), md.requires("sapo_nb")
-    plain, missing = installed_by(requirement_names(ours)), {}
+    providers, (plain, extras), missing = md.packages_distributions(), declared(), {}
+    plain = installed_by(plain)
     for module, files in imported_modules().items():
         if module in sys.stdlib_module_names or module in ("sapo_nb", *ONLY_WHERE_IT_RUNS): continue
         dists = {normal(d) for d in providers.get(module, [module])}
-        extra = FEATURE_EXTRAS.get(module)
-        if not dists & (plain | (requirement_names(ours, extra) if extra else set())): missing[module] = sorted(files)
+        if not dists & (plain | extras.get(FEATURE_EXTRAS.get(module), set())): missing[module] = sorted(files)
     assert not missing, f"imported, but neither the plain install nor its feature's extra brings it: {missing}"
