@@ -303,7 +303,8 @@ def eval_records_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.no
 def provenance_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "provenance.jsonl"
 
 # %% ../nbs/00_core.ipynb #7f7cc7a0
-def node_log_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "node.log"  # a node process's output
+# what a node process prints, when it runs as a process of its own
+def node_log_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "node.log"
 
 # %% ../nbs/00_core.ipynb #41487f7c
 COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it
