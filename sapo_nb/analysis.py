@@ -8,7 +8,7 @@ import html, itertools, json, math, os, re, time, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .core import (PHASES, RoundMetrics, metric_columns, read_jsonl, read_node_configs,
+from .core import (PHASES, RoundMetrics, counted, plural, metric_columns, read_jsonl, read_node_configs,
                           read_run_config)
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value,
                                 paired_by_seed, paired_t, per_seed, seeds_for_alpha, selection_split,
@@ -614,9 +614,6 @@ def seed_table(
 # %% ../nbs/19_analysis.ipynb #ce45b5e5
 def _fmt(v, f="{:.3f}") -> str: return "–" if pd.isna(v) else f.format(v)
 
-# %% ../nbs/19_analysis.ipynb #304fe82c
-def _s(n:int) -> str: return "" if n == 1 else "s"
-
 # %% ../nbs/19_analysis.ipynb #297404db
 def _line(r, a:str, alpha:float) -> str:
     "One endpoint's sentence: the means, the difference and the ratio with their intervals, the tests."
@@ -627,12 +624,12 @@ def _line(r, a:str, alpha:float) -> str:
     tests = "no test with one seed" if pd.isna(r.p_value) else f"paired t p = {r.p_value:.3g}" + (
         "" if pd.isna(r.p_holm) else f", Holm-adjusted p = {r.p_holm:.3g}")
     check = (f"; sign-flip check p = {r.p_sign_flip:.3g}" if r.can_reject else
-             f"; the sign-flip check cannot reach {alpha:g} with {r.seeds} seed{_s(r.seeds)}") if r.seeds else ""
+             f"; the sign-flip check cannot reach {alpha:g} with {counted(r.seeds, 'seed')}") if r.seeds else ""
     eq = "" if pd.isna(r.margin) else (
         f"; equivalent within ±{r.margin:.3g} {u} (TOST p = {r.p_equivalence:.3g})" if r.equivalent
         else f"; not shown equivalent within ±{r.margin:.3g} {u} (TOST p = {_fmt(r.p_equivalence, '{:.3g}')})")
     return (f"- **{r.label}**: {r.mean_a:.4g} against {r.mean_b:.4g}, a difference of {r.diff:+.3g} {u}{ci}{rel}; "
-            f"{a} ahead in {r.seeds_ahead} of {r.seeds} seed{_s(r.seeds)}; {tests}{check}{eq}.")
+            f"{a} ahead in {r.seeds_ahead} of {counted(r.seeds, 'seed')}; {tests}{check}{eq}.")
 
 # %% ../nbs/19_analysis.ipynb #3747914e
 def _verdict(head:pd.DataFrame, a:str, b:str, alpha:float, effect:float) -> str:
@@ -659,7 +656,7 @@ def _verdict(head:pd.DataFrame, a:str, b:str, alpha:float, effect:float) -> str:
              f"{first.label.iloc[0]} with 80% power; a {100 * effect:+.0f}% effect needs "
              f"{first.seeds_needed.iloc[0]:.0f} seeds." if len(first) else "")
     return ("; ".join(x for x in out if x) + f" at {n} paired seeds (paired t, Holm-adjusted across {len(head)} "
-            f"endpoint{_s(len(head))})." + check + power)
+            f"{plural('endpoint', len(head))})." + check + power)
 
 # %% ../nbs/19_analysis.ipynb #cae0f9d9
 def _artefact_sentence(r) -> str:
@@ -687,12 +684,12 @@ def findings(
         out.append("**Learning.** " + "; ".join(
             f"{k}: held-out pass@1 {_fmt(r.base_pass1)} before training, {_fmt(r.final_pass1)} at the end "
             f"({_fmt(r.final_pass1 - r.base_pass1, '{:+.3f}')}), {_fmt(r.area_pass1)} "
-            f"over the run ({r.seeds} seed{_s(r.seeds)})" for k, r in c.iterrows()) + ".")
+            f"over the run ({counted(r.seeds, 'seed')})" for k, r in c.iterrows()) + ".")
     elif learning:
         out.append("**These runs have no held-out evaluation**: only the training-side rewards can be compared.")
     if sc.empty:
-        out.append(f"**No comparison yet.** Only "
-                   f"{', '.join(f'{k} (seed{_s(r.seeds)} {r.seed_list})' for k, r in c.iterrows())} "
+        ran = ", ".join(f"{k} ({plural('seed', r.seeds)} {r.seed_list})" for k, r in c.iterrows())
+        out.append(f"**No comparison yet.** Only {ran} "
                    "has runs: no seed has run two configurations, so nothing can be said about sharing.")
         return "\n\n".join(out)
     sc = sc if "p_holm" in sc.columns else sc.assign(p_holm=np.nan)
@@ -1036,7 +1033,7 @@ def fig_held_out(
                                                    f"%{{y:.3f}}<extra></extra>"))
         fig.add_trace(go.Scatter(x=band.rounds_trained, y=band["mean"], mode=_lines(band),
                                  line=dict(color=pal[c], width=3),
-                                 legendgroup=str(c), name=f"{c} (mean of {n} seed{'s' if n != 1 else ''})",
+                                 legendgroup=str(c), name=f"{c} (mean of {counted(n, 'seed')})",
                                  hovertemplate=f"{c} mean<br>%{{x}} rounds trained: %{{y:.3f}}<extra></extra>"))
     if cur.empty: fig.add_annotation(text="no held-out evaluations in these runs", showarrow=False, xref="paper",
                                      yref="paper", x=0.5, y=0.5)
@@ -1067,7 +1064,7 @@ def compare_with_paper(
         ours_vs_baseline_pct=imp.improvement_pct.to_numpy(), ours_ci_low_pct=imp.ci_low_pct.to_numpy(),
         ours_ci_high_pct=imp.ci_high_pct.to_numpy(), ours_p_value=imp.p_value.to_numpy(),
         ours_scale=[f"{sh.nodes[c]} nodes × {sh.rounds[c]} rounds, {sh.model[c]}, G={sh.G[c]:.0f}, "
-                    f"{sh.runs[c]} run{'s' if sh.runs[c] > 1 else ''}" for c in imp.config]))
+                    + counted(sh.runs[c], 'run') for c in imp.config]))
     t = paper.merge(ours, on="external_share", how="outer")
     return t.sort_values("external_share", na_position="last").reset_index(drop=True)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, os, sys, time
 from dataclasses import fields
 from typing import Callable, NamedTuple
+from .core import counted, plural
 from .config import (SAPOConfig, ConfigError, CHOICES, COMMAND_PRESET, PRESETS, field_docs, load_config,
                             field_kind)
 
@@ -161,9 +162,9 @@ def _plan_line(cfg:SAPOConfig, args) -> str:
     shared = "one shared base" if args.mode == "inline" else "a base per process"
     training = (f"a LoRA adapter each (rank {cfg.lora_rank}, {shared}; --adapter none trains every weight)"
                 if cfg.adapter == "lora" else "every weight (full fine-tuning; --adapter lora is lighter)")
-    nodes = f"{args.nodes} node{'s' if args.nodes != 1 else ''}"
+    nodes = counted(args.nodes, 'node')
     return (f"sapo swarm: {nodes} ({args.mode}) of {cfg.model} training {training}, "
-            f"{cfg.rounds} round{'s' if cfg.rounds != 1 else ''} of {cfg.mix}, "
+            f"{counted(cfg.rounds, 'round')} of {cfg.mix}, "
             f"I/J/G {cfg.local_questions}/{cfg.external_questions}/{cfg.completions_per_question}, "
             f"results in {experiment_dir(cfg)}")
 
@@ -196,7 +197,7 @@ def run_swarm(args) -> int:
                   for c in cfgs if codes.get(c.node_id) != 0}
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s")
     _ending(cfg, [c.node_id for c in cfgs], keep_checkpoints=args.keep_checkpoints or bool(failed), failed=failed)
-    if failed: print(f"sapo swarm: node(s) failed: {', '.join(failed)}", file=sys.stderr)
+    if failed: print(f"sapo swarm: {plural('node', len(failed))} failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
 # %% ../nbs/22_cli.ipynb #ef7ca844
@@ -442,8 +443,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _parse(argv=None) -> argparse.Namespace:
     """`sapo ARGV` parsed. A flag its subcommand does not take is refused by the subcommand, with the flag it takes
-    that is spelled closest."""
-    import difflib
+    that is spelled closest; where flags are unknown only they are named (what follows one is its value or was read
+    as one of the command's own arguments)."""
+    import difflib, re
     p = _parser()
     args, extra = p.parse_known_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
@@ -451,9 +453,10 @@ def _parse(argv=None) -> argparse.Namespace:
         p.error(f"unrecognized arguments: {' '.join(extra)}")  # before the command: `sapo`'s, not the command's
     if extra:
         sub = p.commands[args.command]
-        flags = list(sub._option_string_actions)  # argparse keeps no public list of a parser's flags
-        near = [m for x in extra if x.startswith("-") for m in difflib.get_close_matches(x.split("=")[0], flags, 1)]
-        sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+        flags = re.findall(r"(?<![\w-])--?\w[\w-]*", sub.format_usage())  # the flags its usage line lists
+        unknown = [x for x in extra if x.startswith("-")] or extra
+        near = [m for x in unknown for m in difflib.get_close_matches(x.split("=")[0], flags, 1)]
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; did you mean {', '.join(near)}?" if near else ""))
     return args
 
 # %% ../nbs/22_cli.ipynb #16bbdef9
@@ -471,7 +474,7 @@ def _stopped(args, argv) -> str:
             logged = rounds_logged(c)
             try: kept = max(checkpoint_rounds(checkpoint_dir(c)), default=None)
             except OSError: kept = None
-            lines.append(f"  {c.node_id}: {logged} round(s) logged; "
+            lines.append(f"  {c.node_id}: {counted(logged, 'round')} logged; "
                          + ("it starts at its first round" if not logged and kept is None else
                             "no checkpoint yet: it starts over (its rows kept aside)" if kept is None else
                             f"resumes after round {kept + 1} (its checkpoint)"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name
-from .core import (experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance,
+from .core import (counted, experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance,
                           machine_type)
 from .durability import checkpoint_rounds
 from .swarm import node_configs, run_inline, parse_override
@@ -291,7 +291,7 @@ def _run_one(run:dict, tag:str, keep_checkpoints:bool, log) -> tuple:
     if any(done.values()):
         start, every = resume_from(cfgs), cfgs[0].checkpoint_every
         where = (f"from round {', '.join(map(str, start.values()))}, after the newest checkpoint" if any(start.values())
-                 else f"from round 0: no checkpoint yet (one every {every} round{'s' if every != 1 else ''})")
+                 else f"from round 0: no checkpoint yet (one every {counted(every, 'round')})")
         log(f"{tag}: resuming (rounds logged per node: {', '.join(map(str, done.values()))} of {cfgs[0].rounds}; "
             f"going on {where})")
     try: result = run_inline(cfgs, log=log)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 from .config import SAPOConfig, valid_device
+from .core import counted
 
 # %% auto #0
 __all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
@@ -935,7 +936,7 @@ def check_fits(cfg:SAPOConfig,              # the nodes' config: model, adapter,
     need = lambda c, n: estimate_node_memory(shape, c, n, compute_dtype, processes).total
     most = next((n - 1 for n in range(1, 4097) if need(cfg, n) > free), 4096)
     kind = "LoRA" if cfg.adapter == "lora" else "full fine-tuning"
-    what = f"{nodes} node{'s' if nodes > 1 else ''} of {cfg.model} ({kind})"
+    what = f"{counted(nodes, 'node')} of {cfg.model} ({kind})"
     said = f"{what} need about {need(cfg, nodes) / GiB:.1f} GiB on {device}, {free / GiB:.1f} GiB free"
     if need(cfg, nodes) <= free: return FitCheck(True, need(cfg, nodes), free, most, "", f"{said}: they fit")
     if cfg.adapter != "lora" and (lora := need(cfg.replace(adapter="lora"), nodes)) <= free:

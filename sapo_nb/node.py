@@ -11,7 +11,7 @@ from typing import NamedTuple
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig
-from .core import (Group, RoundMetrics, UnsafePath, atomic_write, append_jsonl, remove, is_count,
+from .core import (Group, RoundMetrics, counted, UnsafePath, atomic_write, append_jsonl, remove, is_count,
                           is_finite, experiment_dir, metrics_path, checkpoint_dir, eval_records_path, provenance_path,
                           provenance)
 from .tasks import TaskStream, derive_seed, eval_items, format_prompt, mix_settings
@@ -467,8 +467,8 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
         if done >= self.cfg.rounds: return done  # finished, its checkpoints removed: nothing to run, nothing to cut
         if done:  # rounds ran but none was checkpointed: start over, the rows of the earlier start kept aside
             aside = set_records_aside(self.cfg)
-            self.log(f"{self.cfg.node_id}: {done} round(s) logged but no checkpoint to resume from: starting over from "
-                     f"round 0; the earlier rows are kept in {aside}")
+            self.log(f"{self.cfg.node_id}: {counted(done, 'round')} logged but no checkpoint to resume from: "
+                     f"starting over from round 0; the earlier rows are kept in {aside}")
         return max(self.transport.rounds(), default=0) if join_current else 0
     self._apply_changes(st)
     self.random_state = torch.tensor(st["rng"]["torch"], dtype=torch.uint8)  # its own, as it kept it

@@ -8,7 +8,7 @@ import html, json, os, re, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
 from .config import ConfigError, CHOICES, COMMAND_PRESET, field_docs, preset
-from .core import experiment_dir, read_json_file, trust_root
+from .core import counted, experiment_dir, read_json_file, trust_root
 from .trackers import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
                            require_process_groups, stop_swarm, swarm_key, waiting_for_peers)
@@ -300,7 +300,8 @@ def refresh(self:SwarmPanel) -> float:
         points = {n: len(s.rewards) for n, s in self.watcher.nodes.items()}
         running = sum(s == "running" for s in states.values())
         self.summary.value = (f"<span data-points='{html.escape(json.dumps(points))}' data-running='{running}'>"
-                              f"<b>{html.escape(str(self.watcher.dir))}</b> · {len(rows)} node(s), {running} running"
+                              f"<b>{html.escape(str(self.watcher.dir))}</b> · {counted(len(rows), 'node')}, "
+                              f"{running} running"
                               " · rounds read: "
                               + html.escape(", ".join(f"{n} {k}" for n, k in points.items()) or "none")
                               + f" · refreshed {time.strftime('%H:%M:%S')} in {self.last_refresh * 1000:.0f} ms"
@@ -379,7 +380,7 @@ def launch(self:SwarmPanel):
         self._say(str(e), error=True)
         return None
     self._watch(c.root, c.experiment)
-    self._say(f"launched {len(cfgs)} node(s) in {experiment_dir(c)}: "
+    self._say(f"launched {counted(len(cfgs), 'node')} in {experiment_dir(c)}: "
               + ", ".join(f"{n} (pid {p.pid})" for n, p in swarm.procs.items()))
     if self._displayed: self.start_timer()
     return swarm
@@ -433,7 +434,7 @@ def attach(self:SwarmPanel, root=None, experiment:str|None=None):
     self._watch(root, experiment)
     states = process_states(self.watcher.dir)
     found = len(self.watcher.nodes) or len(states)
-    self._say(f"watching {self.watcher.dir}: {found} node(s)"
+    self._say(f"watching {self.watcher.dir}: {counted(found, 'node')}"
               + (f", {sum(s == 'running' for s in states.values())} running" if states else "")
               if found else f"watching {self.watcher.dir}: nothing there yet")
     if self._displayed: self.start_timer()

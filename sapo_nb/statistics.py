@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, random, re
 import numpy as np
 import pandas as pd
-from .core import Group
+from .core import Group, counted
 from .sampler import get_strategy  # the node's own selection rules, by name
 
 # %% auto #0
@@ -324,7 +324,7 @@ def commit_check(
              if commits else [])
     # noqa: E712, an object column of True/False/NaN
     dirty = int((t.get("dirty", pd.Series(dtype=object)) == True).sum())
-    if dirty: notes.append(f"uncommitted changes in {dirty} run{'s' if dirty > 1 else ''}")
+    if dirty: notes.append(f"uncommitted changes in {counted(dirty, 'run')}")
     if missing: notes.append(f"unrecorded: {missing} of {len(t)} runs have no provenance")
     return "; ".join(notes)
 
@@ -414,7 +414,7 @@ def sign_flip_test(
     p = hits / len(stats) if exact else (hits + 1) / (len(stats) + 1)
     floor = min_p_value(n, alternative)
     can = floor <= alpha
-    note = "" if can else (f"{n} seed{'s' if n > 1 else ''} cannot reach p <= {alpha:g}: "
+    note = "" if can else (f"{counted(n, 'seed')} cannot reach p <= {alpha:g}: "
                            f"the smallest possible {alternative} "
                            f"p-value is {floor:.3g}; that needs at least {seeds_for_alpha(alpha, alternative)} seeds")
     return dict(statistic=obs, p_value=float(p), exact=bool(exact), n=n, min_p=floor, can_reject=can, note=note)
@@ -539,7 +539,7 @@ def seed_power(
                        seeds_for_alpha(alpha))
     out = dict(n=n, sd_diff=sd, seeds_needed=math.nan, detectable=math.nan, detectable_pct=math.nan, min_seeds=floor)
     if n < 2 or not math.isfinite(sd):
-        out["statement"] = (f"{n} seed{'' if n == 1 else 's'} give{'s' if n == 1 else ''} no between-seed spread, "
+        out["statement"] = (f"{counted(n, 'seed')} give{'s' if n == 1 else ''} no between-seed spread, "
                             "so power "
                             "cannot be estimated.")
         return out

@@ -9,9 +9,9 @@ from contextlib import suppress
 from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name
-from .core import (experiment_dir, metrics_path, node_log_path, read_jsonl, atomic_write, open_regular,
-                          read_json_file, valid_metrics_row, is_finite, UnsafePath, open_append, open_dir, path_kind,
-                          list_dir, remove, safe_text, trust_root)
+from .core import (counted, plural, experiment_dir, metrics_path, node_log_path, read_jsonl, atomic_write,
+                          open_regular, read_json_file, valid_metrics_row, is_finite, UnsafePath, open_append, open_dir,
+                          path_kind, list_dir, remove, safe_text, trust_root)
 from .node import sample_together
 from .trackers import progress_line
 from .durability import NodeLease, NodeRunning
@@ -187,7 +187,7 @@ def run_node(cfg:SAPOConfig, threads:int=0, log=print) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     if threads:
         set_threads(threads)
-        log(f"{cfg.node_id}: {threads} CPU thread{'s' if threads > 1 else ''}")
+        log(f"{cfg.node_id}: {counted(threads, 'CPU thread')}")
     try:
         SwarmNode(cfg, log=log).run()
         return 0
@@ -408,7 +408,8 @@ def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
     exp = experiment_dir(cfgs[0])
     running = [n for n, s in process_states(exp).items() if s != "exited"]
     if running:
-        raise ConfigError(f"experiment {cfgs[0].experiment}: node(s) {', '.join(running)} still run in {exp}; "
+        raise ConfigError(f"experiment {cfgs[0].experiment}: {plural('node', len(running))} {', '.join(running)} "
+                          f"still run{'s' if len(running) == 1 else ''} in {exp}; "
                           "stop them or pick another experiment name")
     return ProcessSwarm(cfgs, threads).start()
 

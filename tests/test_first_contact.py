@@ -146,7 +146,7 @@ def test_a_swarm_whose_nodes_fail_at_once_says_why_and_offers_nothing_to_read(tm
     def broken(self, *a, **k): raise RuntimeError("The size of tensor a (8) must match the size of tensor b (2)")
     monkeypatch.setattr(SwarmNode, "step", broken)
     code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path))
-    assert code == 1 and "node(s) failed: node-0, node-1" in err, err
+    assert code == 1 and "nodes failed: node-0, node-1" in err, err
     for node in ("node-0", "node-1"):
         assert f"{node} stopped: RuntimeError: The size of tensor a (8) must match the size of tensor b (2)" in out, out
     assert "sapo report" not in out and "sapo compare" not in out, out

@@ -63,3 +63,13 @@ def test_every_package_the_library_imports_comes_with_the_install():
         dists = {normal(d) for d in providers.get(module, [module])}
         if not dists & (plain | extras.get(FEATURE_EXTRAS.get(module), set())): missing[module] = sorted(files)
     assert not missing, f"imported, but neither the plain install nor its feature's extra brings it: {missing}"
+
+
+def test_each_tracker_names_an_extra_that_brings_its_package():
+    """Trackers import their package by name at run time (`trackers.EXTRAS`), out of the reach of the scan above; the
+    message of a missing one says `pip install "sapo_nb[KIND]"`, so that extra must exist and bring the package."""
+    from sapo_nb.trackers import EXTRAS
+    providers, (_, extras) = md.packages_distributions(), declared()
+    for kind, module in EXTRAS.items():
+        dists = {normal(d) for d in providers.get(module, [module])}
+        assert dists & extras.get(kind, set()), f"sapo_nb[{kind}] does not bring {module} (it brings {extras.get(kind)})"
