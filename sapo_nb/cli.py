@@ -9,7 +9,7 @@ from dataclasses import fields
 from typing import Callable, NamedTuple
 from .core import counted, plural
 from .config import (SAPOConfig, ConfigError, CHOICES, COMMAND_PRESET, PRESETS, field_docs, load_config,
-                            field_kind)
+                            field_kind, printable_name)
 
 # %% auto #0
 __all__ = ['SHORT_FLAGS', 'COMMANDS', 'add_config_args', 'config_from_args', 'demo', 'add_demo_command', 'run_demo',
@@ -304,7 +304,7 @@ def run_clean(args) -> int:
     if path_kind(exp) != "dir":
         print(f"sapo clean: {exp} is not a folder (missing, or a link)", file=sys.stderr)
         return 2
-    unfinished = [f"{s['node']} ({s['rounds']}/{s['total_rounds'] or '?'} rounds)"
+    unfinished = [f"{printable_name(s['node'])} ({s['rounds']}/{s['total_rounds'] or '?'} rounds)"
                   for s in swarm_status(cfg.root, cfg.experiment) if s["state"] != "done"]
     kept = []
     freed = remove_checkpoints(cfg.root, cfg.experiment, log=lambda line: (kept.append(line), print(line)))

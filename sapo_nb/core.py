@@ -12,10 +12,11 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES',
            'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow',
-           'open_regular', 'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'plural', 'counted',
-           'atomic_write', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs',
-           'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path',
-           'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
+           'open_regular', 'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'printable_text',
+           'plural', 'counted', 'atomic_write', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config',
+           'read_node_configs', 'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path',
+           'provenance_path', 'node_log_path', 'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row',
+           'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -210,6 +211,12 @@ def safe_text(x, limit:int=80) -> str:
     cut, s = len(s) - limit, s[:limit]
     # the count goes outside the quotes
     return "'" + "".join(map(_escape, s)) + "'" + (f"...+{cut}chars" if cut > 0 else "")
+
+# %% ../nbs/00_core.ipynb #1b25772c
+def printable_text(x) -> str:
+    "`x` as text with every character a terminal could act on, or that would not show, written as an escape."
+    s = x if isinstance(x, str) else str(x)
+    return s if s.isprintable() else "".join(c if c.isprintable() else _escape(c) for c in s)
 
 # %% ../nbs/00_core.ipynb #ee32bf12
 def plural(word:str, n:int) -> str: return word if n == 1 else word + "s"

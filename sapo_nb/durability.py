@@ -111,7 +111,7 @@ def lease_alive(path) -> bool:
     """Whether the lease at `path` has a living holder: it is there and fresh, and its pid lives where that can be
     checked."""
     try: info, age = read_lease(path)
-    except NodeRunning: return False  # something planted, not a lease
+    except (NodeRunning, OSError): return False  # planted, not a lease; or no lease this reader can open
     return info is not None and not _is_stale(info, age, LEASE_STALE)
 
 # %% ../nbs/14_durability.ipynb #78bfbd17
@@ -145,6 +145,7 @@ def _read_settled(path, read=read_lease, pause:float=0.1, tries:int=10) -> dict|
     for _ in range(tries):
         try: info, _ = read(path)
         except NodeRunning: return None  # replaced by a link or a folder: not ours any more
+        except OSError: info = {}  # unreadable now (its mode changed, a flaky disk): as junk, read again
         if info != {}: return info
         time.sleep(pause)
     return info

@@ -10,8 +10,8 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import printable_name
 from .identity import alias_of, valid_wire_id
-from .core import (UnsafePath, is_count, is_finite, list_dir, open_regular, read_jsonl, read_node_configs,
-                          trust_root, valid_metrics_row)
+from .core import (UnsafePath, is_count, is_finite, list_dir, open_regular, printable_text, read_jsonl,
+                          read_node_configs, trust_root, valid_metrics_row)
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit', 'node_state',
@@ -406,9 +406,9 @@ def format_comparison(c:dict, node:str, show:int=10) -> str:
              f"{'question':<48} {'gold':>10}  {'base':>14}  {'trained':>14}"]
     changed = [r for r in c["rows"] if r["base_ok"] != r["trained_ok"]][:show]
     if not changed: lines[1] = "no question is answered differently"
-    for r in changed:
-        q = " ".join(r["question"].split())
-        lines.append(f"{cut(q, 48):<48} {cut(r['gold'], 10):>10}  "
-                     f"{cut(r['base'] or '-', 12):>12} {mark(r['base_ok'])}  "
-                     f"{cut(r['trained'] or '-', 12):>12} {mark(r['trained_ok'])}")
+    for r in changed:  # records on disk are anyone's: what a terminal acts on is escaped
+        q, gold, base, trained = (printable_text(" ".join(s.split())) if s else "-"
+                                  for s in (r["question"], r["gold"], r["base"], r["trained"]))
+        lines.append(f"{cut(q, 48):<48} {cut(gold, 10):>10}  {cut(base, 12):>12} {mark(r['base_ok'])}  "
+                     f"{cut(trained, 12):>12} {mark(r['trained_ok'])}")
     return "\n".join(lines)

@@ -224,6 +224,60 @@ def test_planted_folder_at_the_write_test_path(tmp_path):
     assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0]
 
 
+
+def test_node_folder_whose_lease_name_is_too_long_crashes_no_reader(tmp_path):
+    """A node folder named so that its lease file's name is too long to open (ENAMETOOLONG): status, clean and the
+    panel list it and read on (the lease read of nodes with no row raised through all of them)."""
+    from sapo_nb.monitor import SwarmWatcher, swarm_status
+    root = tmp_path / "root"; exp = root / "exp"
+    for d in ("logs/node-0", "locks", "logs/" + "a" * 255): (exp / d).mkdir(parents=True)
+    assert {r["node"] for r in swarm_status(root, "exp")} == {"node-0", "a" * 255}
+    code, out, _ = cli("status", "--root", str(root), "--experiment", "exp")
+    assert code == 0 and "node-0" in out, out
+    assert cli("clean", "--root", str(root), "--experiment", "exp")[0] == 0
+    watcher = SwarmWatcher(root, "exp"); watcher.refresh()
+    assert len(watcher.status()) == 2
+
+
+def test_planted_folder_name_with_terminal_escapes_is_inert_in_clean(tmp_path):
+    "A node folder named with a terminal escape sequence (title, clear screen): `sapo clean`'s note escapes it."
+    root = tmp_path / "root"; (root / "exp" / "logs" / "\x1b]0;PWNED\x07\x1b[2J").mkdir(parents=True)
+    ck = root / "exp" / "checkpoints" / "node-0" / "round_1"; ck.mkdir(parents=True); (ck / "w").write_bytes(b"x")
+    code, out, err = cli("clean", "--root", str(root), "--experiment", "exp")
+    assert code == 0 and "not finished" in out and "PWNED" in out, out   # named, so the user sees it
+    assert "\x1b" not in out + err and "\x07" not in out + err, repr(out)
+
+
+def test_planted_answers_with_terminal_escapes_are_inert_in_compare(tmp_path):
+    "Held-out records planted with answers that are terminal escape sequences: `sapo compare` prints them escaped."
+    from sapo_nb.tasks import eval_items
+    from sapo_nb.evaluation import item_key
+    es = eval_items("quick", 2)
+    rec = lambda when, oks: dict(round=0, node_id="node-0", when=when, mix="quick", n=2, pass1=sum(oks) / 2,
+                                 items=[[item_key(e), "basic_arithmetic", "\x1b]0;PWNED\x07\x1b[2J\u202e7", ok]
+                                        for e, ok in zip(es, oks)])
+    logs = tmp_path / "run" / "logs" / "node-0"; logs.mkdir(parents=True)
+    (logs / "eval_items.jsonl").write_text(json.dumps(rec("base", [False, True])) + "\n"
+                                           + json.dumps(rec("final", [True, False])) + "\n")
+    code, out, err = cli("compare", tmp_path / "run")
+    assert code == 0 and "1 fixed, 1 broken" in out and "\\x1b]0;PWNE" in out, out + err  # shown, escaped
+    assert not any(c in out for c in "\x1b\x07\u202e"), repr(out)
+
+
+def test_unreadable_lease_stops_the_heartbeat_with_a_reason(tmp_path):
+    """A lease file that cannot be read (its mode changed under the node, a flaky disk): the heartbeat reports the lease
+    lost, with why, instead of its thread dying in silence and the node running on unguarded."""
+    from sapo_nb.durability import _LeaseState, _heartbeat
+    path = tmp_path / "node-0.lock"; path.write_text("{}")
+    state = _LeaseState(path, "my-token")
+    def unreadable(p): raise PermissionError(13, "Permission denied", str(p))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sapo_nb.durability.read_lease", unreadable)
+        mp.setattr("sapo_nb.durability._read_settled.__defaults__", (unreadable, 0.0, 3))
+        _heartbeat(state, 0.01)
+    assert state.lost and "gone or was replaced" in state.lost
+
+
 # --- leases and restored state ---------------------------------------------------------------------------------------
 
 def test_future_dated_lease_is_recovered(tmp_path):
