@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .core import (PHASES, RoundMetrics, counted, plural, metric_columns, read_jsonl, read_node_configs,
-                          read_run_config)
+                          read_run_config, safe_text)
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value,
                                 paired_by_seed, paired_t, per_seed, seeds_for_alpha, selection_split,
                                 t_interval)
@@ -17,14 +17,14 @@ from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, mi
 # %% auto #0
 __all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS',
            'METRIC_LABELS', 'SUMMARY_COLUMNS', 'EVAL_ITEM_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS',
-           'PEER_REPORT_RUNS', 'synthetic_runs', 'find_runs', 'config_label', 'run_provenance', 'run_info', 'load_runs',
-           'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward', 'node_cumulative',
-           'permutation_test', 'improvement', 'compare_configs', 'metric_label', 'artefact_along_runs',
-           'seed_comparison', 'provenance_summary', 'config_summary', 'arm_table', 'complete_runs', 'plan_progress',
-           'metric_units', 'seed_table', 'findings', 'load_eval_items', 'per_item_comparison', 'plan_verdict',
-           'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards', 'smoothed', 'fig_moving_average',
-           'fig_cumulative', 'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j', 'held_out_curves', 'fig_held_out',
-           'compare_with_paper', 'run_summary', 'write_report']
+           'PEER_REPORT_RUNS', 'synthetic_runs', 'find_runs', 'config_label', 'run_provenance', 'run_info',
+           'inert_label', 'load_runs', 'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward',
+           'node_cumulative', 'permutation_test', 'improvement', 'compare_configs', 'metric_label',
+           'artefact_along_runs', 'seed_comparison', 'provenance_summary', 'config_summary', 'arm_table',
+           'complete_runs', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'load_eval_items',
+           'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards',
+           'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j',
+           'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
 
 # %% ../nbs/19_analysis.ipynb #5294e113
 def synthetic_runs(
@@ -184,6 +184,15 @@ def _mode(s):
     s = s.dropna()
     return s.mode().iloc[0] if len(s) else np.nan
 
+# %% ../nbs/19_analysis.ipynb #175c94da
+_MARKUP = set("<>&\"'`\\")  # what HTML, plotly's HTML and Markdown's code act on
+
+def inert_label(x, limit:int=300) -> str:
+    "`x` as a label for a table, a plot or a page: itself when plain, else `core.safe_text` of it."
+    s = str(x)
+    plain = len(s) <= limit and s.isprintable() and not _MARKUP & set(s) and "](" not in s  # `](`: a Markdown link
+    return s if plain else safe_text(s, limit)
+
 # %% ../nbs/19_analysis.ipynb #1f3c60ec
 def load_runs(
     path, # a run folder, or any folder with run folders below it
@@ -207,6 +216,8 @@ def load_runs(
             col = col.map(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan)
         df[c] = pd.to_numeric(col, errors="coerce").astype(float).replace([np.inf, -np.inf], np.nan)
     if df.empty: return df
+    for c in ("run", "config", "node_id", "adaptive", "model", "cpu", "device"):  # read from files: made inert
+        df[c] = df[c].map(lambda v: inert_label(v) if isinstance(v, str) else v)
     df = df.drop_duplicates(["run", "node_id", "round"], keep="last")
     df["seed"], df["round"] = df["seed"].astype(int), df["round"].astype(int)
     df["adaptive"] = df["adaptive"].fillna("off")

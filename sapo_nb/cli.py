@@ -368,7 +368,7 @@ def _save_model(run, node:str, dest, form:str="merged", hub:str|None=None, publi
     trust_root(run.parent)  # the folder above the run is the user's root: nothing below is followed
     known = read_node_configs(run)
     if node not in known:
-        names = (", ".join(sorted(str(k) for k in known))
+        names = (", ".join(sorted(printable_name(str(k)) for k in known))
                  or "none (no config.json: is it a run folder, <root>/<experiment>?)")
         print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr)
         return 2
@@ -456,7 +456,8 @@ def _parse(argv=None) -> argparse.Namespace:
         flags = re.findall(r"(?<![\w-])--?\w[\w-]*", sub.format_usage())  # the flags its usage line lists
         unknown = [x for x in extra if x.startswith("-")] or extra
         near = [m for x in unknown for m in difflib.get_close_matches(x.split("=")[0], flags, 1)]
-        sub.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}"
+                  + (f"; did you mean {', '.join(near)}?" if near else ""))
     return args
 
 # %% ../nbs/22_cli.ipynb #16bbdef9

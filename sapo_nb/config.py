@@ -8,7 +8,7 @@ import dataclasses, json, math, os, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from fastcore.basics import patch
-from .core import atomic_write, open_regular, safe_text
+from .core import atomic_write, open_regular, printable_text, safe_text
 
 # %% auto #0
 __all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'COMMAND_PRESET', 'valid_name',
@@ -320,7 +320,8 @@ def from_dict(cls:SAPOConfig, d:dict, **overrides):
     kinds = {f.name: field_kind(f) for f in fields(cls)}
     unknown = sorted(set(d) - set(kinds))
     if unknown:
-        raise ConfigError(f"SAPOConfig: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(kinds)}")
+        raise ConfigError(f"SAPOConfig: unknown field(s) {', '.join(map(printable_text, unknown))}; "
+                          f"known fields: {', '.join(kinds)}")
     return cls(**{k: _coerce(k, kinds[k], v) for k, v in d.items()})
 
 # %% ../nbs/03_config.ipynb #0d07b415

@@ -10,7 +10,7 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
 from .core import (UnsafePath, atomic_write, open_regular, open_nofollow, read_jsonl, read_json_file,
-                          path_kind, list_dir, remove, rename, safe_text, is_count, is_finite, experiment_dir,
+                          path_kind, list_dir, printable_text, remove, rename, safe_text, is_count, is_finite, experiment_dir,
                           metrics_path, eval_records_path)
 
 # %% auto #0
@@ -139,9 +139,11 @@ def _lost_because(info) -> str|None:
             ": another process took the node id over, or someone rewrote the file")
 
 # %% ../nbs/14_durability.ipynb #c389996a
-def _read_settled(path, read=read_lease, pause:float=0.1, tries:int=10) -> dict|None:
-    """The lease at `path` as `read` finds it, read again for up to `tries` × `pause` seconds while the file is there
-    but holds no lease: a writer may be between emptying it and writing it. None: gone, or planted over."""
+def _read_settled(path, read=None, pause:float=0.1, tries:int=10) -> dict|None:
+    """The lease at `path` as `read` (default `read_lease`) finds it, read again for up to `tries` × `pause` seconds
+    while the file is there but holds no lease: a writer may be between emptying it and writing it. None: gone, or
+    planted over."""
+    read = read or read_lease
     for _ in range(tries):
         try: info, _ = read(path)
         except NodeRunning: return None  # replaced by a link or a folder: not ours any more
@@ -400,7 +402,7 @@ def intact_checkpoint(folder, check=None, log=print, use=verify_checkpoint) -> t
             if check: check(state)
             use(ck)  # checks the files it reads, raising CheckpointError for a damaged one
         except CheckpointError as e:
-            log(f"checkpoint of round {r} skipped: {e}")
+            log(f"checkpoint of round {r} skipped: {printable_text(e)}")  # it may quote a key of state.json
             continue
         return ck, state
     if rounds:

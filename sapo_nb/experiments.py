@@ -8,7 +8,7 @@ import argparse, gc, json, shutil, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name
 from .core import (counted, experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance,
-                          machine_type)
+                          machine_type, printable_text)
 from .durability import checkpoint_rounds
 from .swarm import node_configs, run_inline, parse_override
 from .node import save_model
@@ -244,7 +244,7 @@ def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:di
     differ = [k for k in pinned if known(pinned, k) and known(here, k) and pinned[k] != here[k]]
     if not differ: return {**here, **pinned}  # a field the pin lacks joins it; one it could not read stays unknown
     what, arg, error, remedy, then = _PINS[key]
-    show = lambda d: ", ".join(f"{k} {d[k]}" for k in differ)
+    show = lambda d: ", ".join(f"{k} {printable_text(d[k])}" for k in differ)  # plan.json's values: anyone's file
     msg = f"plan {resolved['name']}: its runs are pinned to {what} ({show(pinned)}); this one has {show(here)}"
     if not told:
         raise error(f"{msg}. {remedy}, or pass --{arg.replace('_', '-')} ({arg}=True) to add runs of this {what} "
@@ -279,7 +279,7 @@ def _write_plan_json(
         new["runs"] = [*{(r["config"], r["seed"]): r for r in [*old.get("runs", []), *new["runs"]]}.values()]
         changed = sorted(c for c in {*old.get("configs", {}), *new["configs"]}
                          if old.get("configs", {}).get(c) != new["configs"].get(c))
-        if changed: log(f"note: the settings of {', '.join(changed)} differ from the last call's; "
+        if changed: log(f"note: the settings of {', '.join(map(printable_text, changed))} differ from the last call's; "
                         "runs already complete are kept as they are")
     atomic_write(path, json.dumps({**new, "written_at": time.time()}, indent=1))
 

@@ -118,7 +118,8 @@ def short_peer(peer:str) -> str:
 # %% ../nbs/17_monitor.ipynb #c74ae670
 def refusal_text(refused:dict) -> str:
     "A peer's refusals as `reason count, ...`, the most frequent first; `-` when there are none."
-    return ", ".join(f"{k} {v}" for k, v in sorted(refused.items(), key=lambda kv: -kv[1])) or "-"
+    # reasons are a row's keys, and a row is anyone's file: names, escaped where they are not plain
+    return ", ".join(f"{printable_name(k)} {v}" for k, v in sorted(refused.items(), key=lambda kv: -kv[1])) or "-"
 
 # %% ../nbs/17_monitor.ipynb #383fa7cb
 def format_peers(rows:list) -> str:
@@ -373,9 +374,9 @@ def compare_answers(run_dir, # a run folder: `<root>/<experiment>`
     exp = trust_root(Path(run_dir).parent) / Path(run_dir).name
     nodes = [d.name for d in node_dirs(exp)]
     if node not in nodes:
+        named = ", ".join(map(printable_name, nodes[:12])) + (f" and {len(nodes) - 12} more" if len(nodes) > 12 else "")
         raise ValueError(f"{run_dir} has no node {printable_name(node)}; its nodes: "
-                         + (", ".join(map(printable_name, nodes)) or "none (no logs: is it a run folder, "
-                                                                    "<root>/<experiment>?)"))
+                         + (named or "none (no logs: is it a run folder, <root>/<experiment>?)"))
     recs = [r for r in read_jsonl(exp / "logs" / node / "eval_items.jsonl")
             if isinstance(r, dict) and isinstance(r.get("items"), list) and isinstance(r.get("mix"), str)]
     base = next((r for r in recs if r.get("when") == "base"), None)

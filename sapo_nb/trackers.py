@@ -6,7 +6,7 @@
 from __future__ import annotations
 import importlib, json, math, os, re
 from pathlib import Path
-from .config import SAPOConfig, CHOICES, valid_name
+from .config import SAPOConfig, CHOICES, printable_name, valid_name
 from .core import experiment_dir, read_jsonl, read_node_configs
 from fastcore.basics import patch
 
@@ -24,6 +24,9 @@ def row_step(row) -> int|None:
     r = row.get(ROW_STEP) if isinstance(row, dict) else None
     return r if isinstance(r, int) and not isinstance(r, bool) and r >= 0 else None
 
+# %% ../nbs/13_trackers.ipynb #485384a4
+_TRACKER_NAME = re.compile(r"[A-Za-z0-9_.:=+-]{1,128}")  # a name a tracker may show as it is
+
 # %% ../nbs/13_trackers.ipynb #7bceab59
 def flatten_row(row:dict,          # one metrics row
                 max_depth:int=4,   # nested dicts deeper than this are left out
@@ -35,6 +38,7 @@ def flatten_row(row:dict,          # one metrics row
     def walk(d, prefix, depth):
         for k, v in d.items():
             if len(out) >= max_keys: return
+            if not _TRACKER_NAME.fullmatch(str(k)): continue  # a name from a file anyone writes: plain, or left out
             name = f"{prefix}{k}"
             if isinstance(v, dict):
                 if depth < max_depth: walk(v, name + "/", depth + 1)
@@ -123,7 +127,10 @@ class TensorBoardTracker(Tracker):
         SummaryWriter = _need("tensorboard").SummaryWriter
         Path(directory).mkdir(parents=True, exist_ok=True)
         self.writer = SummaryWriter(logdir=str(directory))
-        if config: self.writer.add_text("config", "```\n" + json.dumps(config, indent=1, default=str) + "\n```", 0)
+        if config:  # in a fence longer than any run of backticks in it: the text cannot close it
+            text = json.dumps(config, indent=1, default=str)
+            fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
+            self.writer.add_text("config", f"{fence}\n{text}\n{fence}", 0)
         self.where = f"tensorboard --logdir {Path(directory).parent}"
 
     def write(self, step, scalars, walltime):
@@ -222,6 +229,12 @@ def _project_name(run_dir:Path) -> str:
     "A project name from a run folder's name: characters every tracker accepts."
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.resolve().name)[:64].strip("._-") or "sapo"
 
+# %% ../nbs/13_trackers.ipynb #ac48bd28
+def _valid_config(d) -> dict|None:
+    "A node's config read from disk, as it is if `SAPOConfig` accepts it (known fields, values of their kinds), else None."
+    try: return d if isinstance(d, dict) and SAPOConfig.from_dict(d) else None
+    except (ValueError, TypeError): return None  # ConfigError is a ValueError
+
 # %% ../nbs/13_trackers.ipynb #a6e93aef
 def export_run(run_dir,              # a run folder: `<root>/<experiment>` (holds `logs/<node>/metrics.jsonl`)
                to:str,               # 'tensorboard', 'wandb' or 'trackio'
@@ -238,7 +251,7 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
     out, project = Path(out) if out is not None else run_dir / "tracker", project or _project_name(run_dir)
     sent = {}
     for node in nodes:
-        t = make_tracker(to, out / node, project, node, configs.get(node), log=log, strict=True)
+        t = make_tracker(to, out / node, project, node, _valid_config(configs.get(node)), log=log, strict=True)
         for row in run_rows(read_jsonl(run_dir / "logs" / node / "metrics.jsonl")): t.log(row)
         t.close()
         if t.error is not None: raise TrackerError(f"{node}: {t.error}")
@@ -254,6 +267,7 @@ def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
     s, r, up = row["seconds"]["total"], row["reward_train"], row.get("pool_topped_up") or 0
     left = rounds - row["round"] - 1
     eta = "-" if wall_per_round is None and left else f"{(wall_per_round or s) * left / 60:.1f} min"
-    return (f"{row['node_id']:>10} round {row['round'] + 1}/{rounds}  reward {'  -  ' if r is None else f'{r:.3f}'}  "
+    return (f"{printable_name(row['node_id']):>10} round {row['round'] + 1}/{rounds}  "
+            f"reward {'  -  ' if r is None else f'{r:.3f}'}  "
             f"I/J {row['I']}/{row['J']}  external {row['pool_selected'] - up}/{row['pool_available']}"
             + (f" +{up} earlier" if up else "") + f"  {s:.1f} s/round  ETA {eta}")

@@ -264,19 +264,18 @@ def test_planted_answers_with_terminal_escapes_are_inert_in_compare(tmp_path):
     assert not any(c in out for c in "\x1b\x07\u202e"), repr(out)
 
 
-def test_unreadable_lease_stops_the_heartbeat_with_a_reason(tmp_path):
-    """A lease file that cannot be read (its mode changed under the node, a flaky disk): the heartbeat reports the lease
-    lost, with why, instead of its thread dying in silence and the node running on unguarded."""
-    from sapo_nb.durability import _LeaseState, _heartbeat
-    path = tmp_path / "node-0.lock"; path.write_text("{}")
-    state = _LeaseState(path, "my-token")
-    def unreadable(p): raise PermissionError(13, "Permission denied", str(p))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("sapo_nb.durability.read_lease", unreadable)
-        mp.setattr("sapo_nb.durability._read_settled.__defaults__", (unreadable, 0.0, 3))
-        _heartbeat(state, 0.01)
-    assert state.lost and "gone or was replaced" in state.lost
-
+def test_unreadable_lease_stops_the_heartbeat_with_a_reason(tmp_path, monkeypatch):
+    """A lease file that cannot be read any more (its mode changed under the node, a flaky disk): the heartbeat reports
+    the lease lost, with why, instead of its thread dying in silence and the node running on unguarded."""
+    from sapo_nb import durability
+    lease = NodeLease(tiny(tmp_path / "root"), heartbeat=0.05).acquire()
+    try:
+        def unreadable(p): raise PermissionError(13, "Permission denied", str(p))
+        monkeypatch.setattr(durability, "read_lease", unreadable)
+        deadline = time.monotonic() + 5
+        while lease.lost is None and time.monotonic() < deadline: time.sleep(0.05)
+        assert lease.lost and "gone or was replaced" in lease.lost, lease.lost
+    finally: monkeypatch.undo(); lease.release()
 
 # --- leases and restored state ---------------------------------------------------------------------------------------
 

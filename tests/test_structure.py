@@ -133,3 +133,14 @@ def test_imports_sit_in_cells_of_their_own():
             if any(IMPORT_LINE.match(l) for l in lines) and not all(IMPORT_LINE.match(l) for l in lines):
                 mixed.append(f"{nb.name}: {lines[0][:60]}")
     assert not mixed, mixed
+
+
+def test_every_test_the_security_page_names_exists():
+    "The security page names the test that proves each defence: each of those tests is there to run (or the page lies)."
+    page = "".join("".join(c["source"]) for c in json.loads((ROOT / "nbs" / "security.ipynb").read_text())["cells"])
+    files = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+    defined = set(re.findall(r"^def (test_\w+)\(", "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py")),
+                             re.M))
+    named = set(re.findall(r"\b(test_\w+)(?![\w*])", page)) - files - {n[:-4] for n in re.findall(r"test_\w+\.py", page)}
+    assert len(named) > 50, named  # the page's table was read
+    assert named <= defined, f"the security page names tests that do not exist: {sorted(named - defined)}"
