@@ -4,7 +4,7 @@
 
 # %% ../nbs/19_analysis.ipynb #d3c8714a
 from __future__ import annotations
-import html, itertools, json, math, os, re, time, zlib
+import html, itertools, json, math, os, re, time, warnings, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
@@ -15,8 +15,8 @@ from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, mi
                                 t_interval)
 
 # %% auto #0
-__all__ = ['PROVENANCE_COLUMNS', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE', 'SEED_METRICS',
-           'METRIC_LABELS', 'SUMMARY_COLUMNS', 'EVAL_ITEM_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS',
+__all__ = ['PROVENANCE_COLUMNS', 'EXTRA_COLUMNS_MAX', 'ID_COLUMNS', 'METRIC_COLUMNS', 'PAPER_RESULTS', 'PAPER_SCALE', 'HEADLINE',
+           'SEED_METRICS', 'METRIC_LABELS', 'SUMMARY_COLUMNS', 'EVAL_ITEM_COLUMNS', 'PLAN_LOOKS', 'TABLE_MAX_COLUMNS',
            'PEER_REPORT_RUNS', 'synthetic_runs', 'find_runs', 'config_label', 'run_provenance', 'run_info',
            'inert_label', 'load_runs', 'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward',
            'node_cumulative', 'permutation_test', 'improvement', 'compare_configs', 'metric_label',
@@ -163,6 +163,7 @@ def run_info(
     return dict(run=rel or run_dir.name, config=config, seed=seed, **run_provenance(run_dir))
 
 # %% ../nbs/19_analysis.ipynb #cf538de0
+EXTRA_COLUMNS_MAX = 64  # names outside the schema a table keeps (a row's own keys: anyone's)
 ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive")  # then the metrics, then `PROVENANCE_COLUMNS`
 METRIC_COLUMNS = metric_columns()  # `core.RoundMetrics`, flattened; held-out columns are NaN where not evaluated
 
@@ -197,15 +198,23 @@ def inert_label(x, limit:int=300) -> str:
 def load_runs(
     path, # a run folder, or any folder with run folders below it
 ) -> pd.DataFrame: # one row per node per round
-    "Every node's metrics of every run at or below `path`, as one tidy table."
-    rows, root = [], Path(path)
+    """Every node's metrics of every run at or below `path`, as one tidy table: the schema's columns, and at most
+    `EXTRA_COLUMNS_MAX` other names a row carries (a warning says how many more were left out)."""
+    rows, root, extra_names, left_out = [], Path(path), set(), 0
+    known = {*ID_COLUMNS, *METRIC_COLUMNS, *PROVENANCE_COLUMNS}
     for run_dir in find_runs(root):
         info, nodes = run_info(run_dir, root), read_node_configs(run_dir)
         for f in sorted((run_dir / "logs").glob("*/metrics.jsonl")):
             node = f.parent.name  # the folder is authoritative: a node writes only its own
             adaptive = str(nodes.get(node, {}).get("adaptive", "off"))
             for r in map(_flat_row, read_jsonl(f)):
-                if r is not None: rows.append({**r, **info, "node_id": node, "adaptive": adaptive})
+                if r is None: continue
+                for k in [k for k in r if k not in known and k not in extra_names]:  # a name per row would be a
+                    if len(extra_names) < EXTRA_COLUMNS_MAX: extra_names.add(k)    # column per row: out of memory
+                    else: del r[k]; left_out += 1
+                rows.append({**r, **info, "node_id": node, "adaptive": adaptive})
+    if left_out: warnings.warn(f"load_runs: the metrics rows under {path} carry more than {EXTRA_COLUMNS_MAX} names "
+                               f"outside the schema; {left_out} more were left out", RuntimeWarning, stacklevel=2)
     df = pd.DataFrame(rows)
     extra = sorted(c for c in df.columns if c not in ID_COLUMNS + METRIC_COLUMNS + PROVENANCE_COLUMNS)
     df = df.reindex(columns=[*ID_COLUMNS, *METRIC_COLUMNS, *PROVENANCE_COLUMNS, *extra])

@@ -10,13 +10,14 @@ from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'COUNT_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES',
-           'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow',
-           'open_regular', 'open_append', 'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'printable_text',
-           'plural', 'counted', 'atomic_write', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config',
-           'read_node_configs', 'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path',
-           'provenance_path', 'node_log_path', 'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row',
-           'metric_columns', 'machine_type', 'provenance']
+__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'JSONL_MAX_ROWS', 'JSONL_MAX_LINE', 'RUN_CONFIG_MAX_BYTES',
+           'NODE_CONFIG_MAX_BYTES', 'NODE_FOLDERS_MAX', 'COUNT_MAX', 'PEERS_PER_ROW', 'REASONS_MAX', 'PHASES',
+           'METRIC_FIELDS', 'PROVENANCE_PACKAGES', 'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root',
+           'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append', 'path_kind', 'list_dir',
+           'remove', 'rename', 'safe_text', 'printable_text', 'plural', 'counted', 'atomic_write', 'read_json_file',
+           'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs', 'experiment_dir', 'metrics_path',
+           'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite', 'is_count',
+           'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -246,6 +247,11 @@ def atomic_write(path, data):
 
 # %% ../nbs/00_core.ipynb #f71542fa
 JSONL_MAX_BYTES = 1 << 28  # 256 MB: far beyond any real metrics file (2,000 rounds of 8 nodes is about 30 MB)
+JSONL_MAX_ROWS = 100_000   # a metrics row a round: 2,000 rounds is the paper's run
+JSONL_MAX_LINE = 1 << 22   # 4 MB: a real line is at most tens of kB (an evaluation record of 1,024 questions)
+RUN_CONFIG_MAX_BYTES = 1 << 22   # a swarm's config.json: about 3 kB a node
+NODE_CONFIG_MAX_BYTES = 1 << 16  # a node's own config.json: about 3 kB
+NODE_FOLDERS_MAX = 1024          # node folders of one run folder that readers look at
 
 # %% ../nbs/00_core.ipynb #927f3ddd
 def read_json_file(path, limit:int=1 << 20):
@@ -258,16 +264,24 @@ def read_json_file(path, limit:int=1 << 20):
     except (ValueError, RecursionError): return None
 
 # %% ../nbs/00_core.ipynb #49ea2192
-def read_jsonl(path, limit:int=JSONL_MAX_BYTES) -> list:
-    "The objects of a JSON-lines file; torn, empty, non-object and absurdly nested lines are skipped."
+def read_jsonl(path, limit:int=JSONL_MAX_BYTES, max_rows:int=JSONL_MAX_ROWS) -> list:
+    """The objects of a JSON-lines file, its first `limit` bytes and `max_rows` objects at most, read a line at a time;
+    torn, empty, non-object, absurdly nested lines and lines over `JSONL_MAX_LINE` bytes are skipped."""
     f = open_regular(path)
     if f is None: return []
-    with f: text = f.read(limit).decode(errors="replace")
-    rows = []
-    for line in text.splitlines():
-        try: r = json.loads(line)
-        except (ValueError, RecursionError): continue  # a crash mid-write, or a line nested a million deep
-        if isinstance(r, dict): rows.append(r)
+    rows, left = [], limit
+    with f:
+        while left > 0 and len(rows) < max_rows:
+            line = f.readline(min(left, JSONL_MAX_LINE + 1))
+            if not line: break
+            left -= len(line)
+            if len(line) > JSONL_MAX_LINE:  # no row is this long: the rest of the line is passed over unread
+                while left > 0 and not line.endswith(b"\n") and (line := f.readline(min(left, 1 << 20))):
+                    left -= len(line)
+                continue
+            try: r = json.loads(line.decode(errors="replace"))
+            except (ValueError, RecursionError): continue  # a crash mid-write, or a line nested a million deep
+            if isinstance(r, dict): rows.append(r)
     return rows
 
 # %% ../nbs/00_core.ipynb #75f33861
@@ -282,7 +296,7 @@ def append_jsonl(path, row:dict):
 def read_run_config(run_dir) -> list:
     """The node configs in `run_dir/config.json` (`{'nodes': [...]}` or a single config dict);
     [] when absent or unreadable."""
-    c = read_json_file(Path(run_dir) / "config.json", limit=JSONL_MAX_BYTES)
+    c = read_json_file(Path(run_dir) / "config.json", limit=RUN_CONFIG_MAX_BYTES)
     nodes = c.get("nodes", [c]) if isinstance(c, dict) else c if isinstance(c, list) else []
     return [n for n in nodes if isinstance(n, dict)]
 
@@ -292,10 +306,11 @@ def read_node_configs(run_dir) -> dict:
     of any node it lacks."""
     run_dir = Path(run_dir)
     out = {c["node_id"]: c for c in read_run_config(run_dir) if isinstance(c.get("node_id"), str)}
-    try: folders = sorted(n for n, kind in list_dir(run_dir / "logs").items() if kind == "dir")
+    try: folders = sorted(n for n, kind in list_dir(run_dir / "logs").items() if kind == "dir")[:NODE_FOLDERS_MAX]
     except OSError: folders = []  # `logs` is a link or a file: nothing of it is read
     for n in folders:
-        if n not in out and isinstance(c := read_json_file(run_dir / "logs" / n / "config.json"), dict): out[n] = c
+        c = read_json_file(run_dir / "logs" / n / "config.json", limit=NODE_CONFIG_MAX_BYTES) if n not in out else None
+        if isinstance(c, dict): out[n] = c
     return out
 
 # %% ../nbs/00_core.ipynb #6dc9108f
@@ -331,16 +346,22 @@ def is_finite(x) -> bool:
 def is_count(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < COUNT_MAX
 
 # %% ../nbs/00_core.ipynb #79db136a
+# peer accounts a metrics row keeps: the senders of most groups (a flood of names cannot grow a row)
+PEERS_PER_ROW = 32
+REASONS_MAX = 64  # refusal reasons of one peer in a row: the transport's and the sampler's are about a dozen
+
 def _number(x) -> bool: return x is None or is_finite(x)
 def _text(x) -> bool: return isinstance(x, str)
 def _seconds(x) -> bool: return isinstance(x, dict) and is_finite(x.get("total")) and x["total"] >= 0
 def _any(x) -> bool: return True
 def _peers(x) -> bool:
-    "None, or {sender: {'offered': n, 'taken': n, 'refused': {reason: n}}} with whole-number counts."
+    """None, or {sender: {'offered': n, 'taken': n, 'refused': {reason: n}}} with whole-number counts, for at most
+    `PEERS_PER_ROW` senders and `REASONS_MAX` reasons each (what a node writes; a reader holds no more)."""
     ok = lambda a: (isinstance(a, dict) and is_count(a.get("offered")) and is_count(a.get("taken"))
-                    and isinstance(a.get("refused"), dict)
+                    and isinstance(a.get("refused"), dict) and len(a["refused"]) <= REASONS_MAX
                     and all(isinstance(k, str) and is_count(v) for k, v in a["refused"].items()))
-    return x is None or (isinstance(x, dict) and all(isinstance(k, str) and ok(a) for k, a in x.items()))
+    return x is None or (isinstance(x, dict) and len(x) <= PEERS_PER_ROW
+                         and all(isinstance(k, str) and ok(a) for k, a in x.items()))
 
 # %% ../nbs/00_core.ipynb #1a3c671b
 def _m(check, doc:str, default=None, required:bool=False):

@@ -14,7 +14,7 @@ from .core import (UnsafePath, atomic_write, open_regular, open_nofollow, read_j
                           metrics_path, eval_records_path)
 
 # %% auto #0
-__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'RESUME_FIXED', 'rounds_logged',
+__all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'STATE_MAX_BYTES', 'RESUME_FIXED', 'rounds_logged',
            'truncate_metrics', 'set_records_aside', 'cut_records', 'NodeRunning', 'lease_file', 'lease_path',
            'read_lease', 'lease_alive', 'NodeLease', 'CheckpointError', 'file_digest', 'save_checkpoint',
            'checkpoint_rounds', 'checkpoint_bytes', 'checkpoint_state', 'verify_checkpoint', 'intact_checkpoint',
@@ -334,16 +334,26 @@ def checkpoint_rounds(folder) -> list:
             and path_kind(Path(folder) / n / "complete") == "file"]
 
 # %% ../nbs/14_durability.ipynb #c65d3d03
-def checkpoint_bytes(ck, name:str, keep:bool=True) -> bytes|None:
+def checkpoint_bytes(ck, name:str, keep:bool=True,
+                     max_bytes:int|None=None, # refuse a file larger than this before reading it
+                    ) -> bytes|None:
     """File `name` of checkpoint folder `ck`, read without following links and checked against its marker; else
     `CheckpointError`. With `keep=False` it is hashed in chunks as it is read and never held whole (None is
-    returned)."""
+    returned). A file whose size is not the marker's, or over `max_bytes`, is refused before a byte is read."""
     marker = read_json_file(Path(ck) / "complete")
     files = marker.get("files") if isinstance(marker, dict) else None
     if not isinstance(files, dict) or set(files) != set(CHECKPOINT_FILES):
         raise CheckpointError(f"{ck}: the marker is unreadable or does not list the checkpoint's files")
     f = open_regular(Path(ck) / name)
     if f is None: raise CheckpointError(f"{ck}: {name} is missing, or not a regular file")
+    want, size = files[name], os.fstat(f.fileno()).st_size
+    mismatch = lambda n: CheckpointError(f"{ck}: {name} does not match its checksum ({n} bytes, expected "
+                                         f"{want.get('bytes') if isinstance(want, dict) else '?'})")
+    too_big = max_bytes is not None and size > max_bytes
+    if too_big or not isinstance(want, dict) or want.get("bytes") != size:
+        f.close()  # refused unread: a planted file may be a sparse terabyte
+        raise (CheckpointError(f"{ck}: {name} has {size} bytes, more than the {max_bytes} read of it") if too_big
+               else mismatch(size))
     with f:
         if keep:
             data = f.read()
@@ -354,9 +364,7 @@ def checkpoint_bytes(ck, name:str, keep:bool=True) -> bytes|None:
                 sha.update(chunk)
                 n += len(chunk)
             got = dict(bytes=n, sha256=sha.hexdigest())
-    want = files[name]
-    if got != want: raise CheckpointError(f"{ck}: {name} does not match its checksum ({got['bytes']} bytes, expected "
-                                          f"{want.get('bytes') if isinstance(want, dict) else '?'})")
+    if got != want: raise mismatch(got["bytes"])
     return data
 
 # %% ../nbs/14_durability.ipynb #2f5d3e51
@@ -374,10 +382,12 @@ def _check_state(state):
     except RuntimeError: raise bad from None
 
 # %% ../nbs/14_durability.ipynb #89c3b3a1
+STATE_MAX_BYTES = 1 << 26  # 64 MB: a state.json is kB, plus about 40 bytes for each peer group a node trained on
+
 def checkpoint_state(ck) -> dict:
     """The parsed, bounds-checked `state.json` of checkpoint folder `ck` (checked against its marker); else
     `CheckpointError`."""
-    try: state = json.loads(checkpoint_bytes(ck, "state.json"))
+    try: state = json.loads(checkpoint_bytes(ck, "state.json", max_bytes=STATE_MAX_BYTES))
     except (ValueError, RecursionError) as e: raise CheckpointError(f"{ck}: state.json is not JSON ({e})") from None
     _check_state(state)
     return state

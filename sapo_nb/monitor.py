@@ -10,8 +10,8 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import printable_name
 from .identity import alias_of, valid_wire_id
-from .core import (UnsafePath, is_count, is_finite, list_dir, open_regular, printable_text, read_jsonl,
-                          read_node_configs, trust_root, valid_metrics_row)
+from .core import (NODE_FOLDERS_MAX, UnsafePath, is_count, is_finite, list_dir, open_regular, printable_text,
+                          read_jsonl, read_node_configs, trust_root, valid_metrics_row)
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit', 'node_state',
@@ -137,10 +137,11 @@ def format_peers(rows:list) -> str:
 
 # %% ../nbs/17_monitor.ipynb #d4e9ee7a
 def node_dirs(exp) -> list:
-    """The node folders under `<exp>/logs`, in name order: real folders only, none through a link
-    (a linked `logs`: none)."""
-    try: return [exp / "logs" / n for n, kind in sorted(list_dir(exp / "logs").items()) if kind == "dir"]
+    """The node folders under `<exp>/logs`, in name order, the first `NODE_FOLDERS_MAX`: real folders only, none
+    through a link (a linked `logs`: none)."""
+    try: names = sorted(n for n, kind in list_dir(exp / "logs").items() if kind == "dir")
     except (UnsafePath, NotADirectoryError): return []
+    return [exp / "logs" / n for n in names[:NODE_FOLDERS_MAX]]
 
 # %% ../nbs/17_monitor.ipynb #8581f6fb
 def _with_process(seen:str, proc:str|None) -> str:

@@ -8,15 +8,15 @@ import itertools, logging, math, random, time
 from collections import Counter
 from dataclasses import dataclass, field, asdict, replace
 from .config import SAPOConfig
-from .core import Group
+from .core import Group, PEERS_PER_ROW  # a row's peer accounts: at most so many
 from .rewards import ScoringBudget, score_groups
 from .tasks import rebuild_item, ItemError, is_eval_question
 
 # %% auto #0
-__all__ = ['logger', 'REBUILD_REASONS', 'PEERS_PER_ROW', 'STRATEGIES', 'SCORING_BUDGET', 'ADAPTIVE', 'fair_order',
-           'rebuild_entry', 'rescore', 'peer_accounts', 'add_refusals', 'top_peers', 'has_spread', 'paper', 'uniform',
-           'top_reward', 'first', 'get_strategy', 'round_rng', 'group_key', 'select_external', 'FixedIJ', 'ThesisIJ',
-           'GradientIJ', 'BanditIJ', 'make_controller', 'controller_from_dict', 'controller_for']
+__all__ = ['logger', 'REBUILD_REASONS', 'STRATEGIES', 'SCORING_BUDGET', 'ADAPTIVE', 'fair_order', 'rebuild_entry', 'rescore',
+           'peer_accounts', 'add_refusals', 'top_peers', 'has_spread', 'paper', 'uniform', 'top_reward', 'first',
+           'get_strategy', 'round_rng', 'group_key', 'select_external', 'FixedIJ', 'ThesisIJ', 'GradientIJ', 'BanditIJ',
+           'make_controller', 'controller_from_dict', 'controller_for']
 
 # %% ../nbs/11_sampler.ipynb #8a65b12d
 logger = logging.getLogger("sapo_nb.sampler")
@@ -165,10 +165,6 @@ def add_refusals(accounts:dict, # accounts as `peer_accounts` returns them
         r = _account(accounts, s)["refused"]
         r[why] = r.get(why, 0) + n
     return accounts
-
-# %% ../nbs/11_sampler.ipynb #43741a51
-# peer accounts a metrics row keeps: the senders of most groups (a flood of names cannot grow a row)
-PEERS_PER_ROW = 32
 
 # %% ../nbs/11_sampler.ipynb #ff38f7da
 def top_peers(accounts:dict, # accounts as `peer_accounts` returns them

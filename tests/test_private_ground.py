@@ -351,3 +351,16 @@ def test_damaged_only_checkpoint_stops_with_what_to_do(tmp_path):
     assert any("round 1 skipped" in line for line in said), said
     assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1]  # nothing thrown away on its own
     again.close()
+
+
+def test_planted_sparse_state_is_refused_unread(tmp_path):
+    """A checkpoint planted with a marker that vouches for a sparse 4 GB `state.json` (no disk used): refused before
+    a byte is read, where the node once read it whole to hash it (out of memory)."""
+    from sapo_nb.durability import checkpoint_state
+    ck = tmp_path / "round_9"; ck.mkdir()
+    with open(ck / "state.json", "wb") as f: f.truncate(4 << 30)
+    (ck / "complete").write_text(json.dumps(dict(files={n: dict(bytes=4 << 30, sha256="0" * 64)
+                                                        for n in ("model.safetensors", "optimizer.pt", "state.json")})))
+    t0 = time.monotonic()
+    with pytest.raises(CheckpointError, match="more than the"): checkpoint_state(ck)
+    assert time.monotonic() - t0 < 1
