@@ -10,8 +10,8 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
 from .core import (UnsafePath, atomic_write, open_regular, open_nofollow, read_jsonl, read_json_file,
-                          path_kind, list_dir, printable_text, remove, rename, safe_text, is_count, is_finite, experiment_dir,
-                          metrics_path, eval_records_path)
+                          path_kind, list_dir, printable_text, remove, rename, safe_text, is_count, is_finite,
+                          experiment_dir, metrics_path, eval_records_path)
 
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'STATE_MAX_BYTES', 'RESUME_FIXED', 'rounds_logged',

@@ -231,7 +231,7 @@ def _project_name(run_dir:Path) -> str:
 
 # %% ../nbs/13_trackers.ipynb #ac48bd28
 def _valid_config(d) -> dict|None:
-    "A node's config read from disk, as it is if `SAPOConfig` accepts it (known fields, values of their kinds), else None."
+    "A config read from disk, as it is if `SAPOConfig` accepts it (known fields, values of their kinds); else None."
     try: return d if isinstance(d, dict) and SAPOConfig.from_dict(d) else None
     except (ValueError, TypeError): return None  # ConfigError is a ValueError
 
