@@ -755,7 +755,9 @@ def load_eval_items(
         info = run_info(run_dir, root)
         for f in sorted((run_dir / "logs").glob("*/eval_items.jsonl")):
             for record in read_jsonl(f): rows += _item_rows(info, f.parent.name, record)
-    return pd.DataFrame(rows, columns=list(EVAL_ITEM_COLUMNS))
+    # a record written twice (a start stopped in its first round, then run again) counts once: the last, as metrics
+    return (pd.DataFrame(rows, columns=list(EVAL_ITEM_COLUMNS))
+            .drop_duplicates(["run", "node_id", "round", "when", "key"], keep="last").reset_index(drop=True))
 
 # %% ../nbs/19_analysis.ipynb #b4a8db2d
 def per_item_comparison(

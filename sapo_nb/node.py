@@ -469,6 +469,7 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
             aside = set_records_aside(self.cfg)
             self.log(f"{self.cfg.node_id}: {counted(done, 'round')} logged but no checkpoint to resume from: "
                      f"starting over from round 0; the earlier rows are kept in {aside}")
+        else: cut_records(self.cfg, -1)  # a start stopped in its first round may have written its base evaluation
         return max(self.transport.rounds(), default=0) if join_current else 0
     self._apply_changes(st)
     self.random_state = torch.tensor(st["rng"]["torch"], dtype=torch.uint8)  # its own, as it kept it

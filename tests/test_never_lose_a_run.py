@@ -206,3 +206,17 @@ def test_resume_leaves_the_process_random_state_alone(tmp_path):
     assert n.resume() == 2
     assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
     n.close()
+
+
+def test_a_start_stopped_in_its_first_round_leaves_one_base_evaluation(tmp_path):
+    """A node stopped in its first round after writing its base evaluation, before its first metrics row, then run
+    again: its records hold one base evaluation, not two (the second start appended another, which per-question
+    analyses then counted twice)."""
+    from sapo_nb.core import eval_records_path
+    cfg = tiny_config(tmp_path, rounds=1, eval_every=1, eval_questions=4, eval_curve_questions=4)
+    base = dict(round=0, node_id="node-0", when="base", mix="quick", n=4, pass1=0.0, items=[])
+    eval_records_path(cfg).parent.mkdir(parents=True)
+    eval_records_path(cfg).write_text(json.dumps(base) + "\n")  # what the stopped start left
+    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
+    n.run(); n.close()
+    assert [r["when"] for r in read_jsonl(eval_records_path(cfg))] == ["base", "final"]
