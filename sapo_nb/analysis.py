@@ -188,11 +188,15 @@ def _mode(s):
 # %% ../nbs/19_analysis.ipynb #175c94da
 _MARKUP = set("<>&\"'`\\")  # what HTML, plotly's HTML and Markdown's code act on
 
-def inert_label(x, limit:int=300) -> str:
+def inert_label(x, limit:int=1000) -> str:
     "`x` as a label for a table, a plot or a page: itself when plain, else `core.safe_text` of it."
     s = str(x)
     plain = len(s) <= limit and s.isprintable() and not _MARKUP & set(s) and "](" not in s  # `](`: a Markdown link
     return s if plain else safe_text(s, limit)
+
+def _inert(df:pd.DataFrame, columns) -> pd.DataFrame:
+    "`df` with the text of `columns` through `inert_label` (what is not text left as it is)."
+    return df.assign(**{c: df[c].map(lambda v: inert_label(v) if isinstance(v, str) else v) for c in columns})
 
 # %% ../nbs/19_analysis.ipynb #1f3c60ec
 def load_runs(
@@ -214,7 +218,8 @@ def load_runs(
                     else: del r[k]; left_out += 1
                 rows.append({**r, **info, "node_id": node, "adaptive": adaptive})
     if left_out: warnings.warn(f"load_runs: the metrics rows under {path} carry more than {EXTRA_COLUMNS_MAX} names "
-                               f"outside the schema; {left_out} more were left out", RuntimeWarning, stacklevel=2)
+                               f"outside the schema; {left_out} values under further names were left out",
+                               RuntimeWarning, stacklevel=2)
     df = pd.DataFrame(rows)
     extra = sorted(c for c in df.columns if c not in ID_COLUMNS + METRIC_COLUMNS + PROVENANCE_COLUMNS)
     df = df.reindex(columns=[*ID_COLUMNS, *METRIC_COLUMNS, *PROVENANCE_COLUMNS, *extra])
@@ -225,8 +230,7 @@ def load_runs(
             col = col.map(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan)
         df[c] = pd.to_numeric(col, errors="coerce").astype(float).replace([np.inf, -np.inf], np.nan)
     if df.empty: return df
-    for c in ("run", "config", "node_id", "adaptive", "model", "cpu", "device"):  # read from files: made inert
-        df[c] = df[c].map(lambda v: inert_label(v) if isinstance(v, str) else v)
+    df = _inert(df, ("run", "config", "node_id", "adaptive", "model", "cpu", "device"))  # read from files
     df = df.drop_duplicates(["run", "node_id", "round"], keep="last")
     df["seed"], df["round"] = df["seed"].astype(int), df["round"].astype(int)
     df["adaptive"] = df["adaptive"].fillna("off")
@@ -756,7 +760,7 @@ def load_eval_items(
         for f in sorted((run_dir / "logs").glob("*/eval_items.jsonl")):
             for record in read_jsonl(f): rows += _item_rows(info, f.parent.name, record)
     # a record written twice (a start stopped in its first round, then run again) counts once: the last, as metrics
-    return (pd.DataFrame(rows, columns=list(EVAL_ITEM_COLUMNS))
+    return (_inert(pd.DataFrame(rows, columns=list(EVAL_ITEM_COLUMNS)), ("run", "config", "node_id"))
             .drop_duplicates(["run", "node_id", "round", "when", "key"], keep="last").reset_index(drop=True))
 
 # %% ../nbs/19_analysis.ipynb #b4a8db2d

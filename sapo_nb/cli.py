@@ -453,7 +453,7 @@ def _parse(argv=None) -> argparse.Namespace:
         p.error(f"unrecognized arguments: {' '.join(extra)}")  # before the command: `sapo`'s, not the command's
     if extra:
         sub = p.commands[args.command]
-        flags = re.findall(r"(?<![\w-])--?\w[\w-]*", sub.format_usage())  # the flags its usage line lists
+        flags = re.findall(r"(?<![\w-])--?\w[\w-]*", sub.format_help())  # the flags its help lists
         unknown = [x for x in extra if x.startswith("-")] or extra
         near = [m for x in unknown for m in difflib.get_close_matches(x.split("=")[0], flags, 1)]
         sub.error(f"unrecognized arguments: {' '.join(unknown)}"

@@ -264,14 +264,16 @@ def read_json_file(path, limit:int=1 << 20):
     except (ValueError, RecursionError): return None
 
 # %% ../nbs/00_core.ipynb #49ea2192
-def read_jsonl(path, limit:int=JSONL_MAX_BYTES, max_rows:int=JSONL_MAX_ROWS) -> list:
+def read_jsonl(path, limit:int=JSONL_MAX_BYTES,
+               max_rows:int|None=JSONL_MAX_ROWS, # None: every row (a node's own files, which it rewrites from them)
+              ) -> list:
     """The objects of a JSON-lines file, its first `limit` bytes and `max_rows` objects at most, read a line at a time;
     torn, empty, non-object, absurdly nested lines and lines over `JSONL_MAX_LINE` bytes are skipped."""
     f = open_regular(path)
     if f is None: return []
     rows, left = [], limit
     with f:
-        while left > 0 and len(rows) < max_rows:
+        while left > 0 and (max_rows is None or len(rows) < max_rows):
             line = f.readline(min(left, JSONL_MAX_LINE + 1))
             if not line: break
             left -= len(line)

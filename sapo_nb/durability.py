@@ -23,13 +23,14 @@ __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', '
 # %% ../nbs/14_durability.ipynb #962ba024
 def rounds_logged(cfg:SAPOConfig) -> int:
     "The rounds node `cfg.node_id` has logged: one past the newest round in its metrics (0 with none)."
-    return max((r["round"] + 1 for r in read_jsonl(metrics_path(cfg)) if is_count(r.get("round"))), default=0)
+    rows = read_jsonl(metrics_path(cfg), max_rows=None)  # its own file: a run past the readers' cap still counts
+    return max((r["round"] + 1 for r in rows if is_count(r.get("round"))), default=0)
 
 # %% ../nbs/14_durability.ipynb #34a410ab
 def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
     "Keep only rows of rounds <= `last_round` (one per `key`, the first), rewritten atomically; returns rows kept."
     seen, keep = set(), []
-    for r in read_jsonl(path):
+    for r in read_jsonl(path, max_rows=None):  # rewritten from what is read: every row of it
         if isinstance(r.get("round"), int) and r["round"] <= last_round and key(r) not in seen:
             seen.add(key(r))
             keep.append(r)
@@ -141,20 +142,31 @@ def _lost_because(info) -> str|None:
 # %% ../nbs/14_durability.ipynb #c389996a
 def _read_settled(path, read=None, pause:float=0.1, tries:int=10) -> dict|None:
     """The lease at `path` as `read` (default `read_lease`) finds it, read again for up to `tries` × `pause` seconds
-    while the file is there but holds no lease: a writer may be between emptying it and writing it. None: gone, or
-    planted over."""
-    read = read or read_lease
+    while the file is there but holds no lease, or cannot be read: a writer may be between emptying it and writing it.
+    None: gone, or planted over; the last `OSError` if every read failed."""
+    read, err = read or read_lease, None
     for _ in range(tries):
-        try: info, _ = read(path)
+        try: (info, _), err = read(path), None
         except NodeRunning: return None  # replaced by a link or a folder: not ours any more
-        except OSError: info = {}  # unreadable now (its mode changed, a flaky disk): as junk, read again
+        except OSError as e: info, err = {}, e  # unreadable now (a flaky disk, its mode changed): read again
         if info != {}: return info
         time.sleep(pause)
+    if err is not None: raise err
     return info
 
-def _heartbeat(state:_LeaseState, every:float):
+def _heartbeat(state:_LeaseState, every:float,
+               patience:float, # seconds a lease may stay unreadable before it counts as lost
+              ):
+    failing = None  # since when the lease could not be read
     while not state.stop.wait(every):
-        info = _read_settled(state.path)
+        try: info = _read_settled(state.path)
+        except OSError as e:  # a disk that fails for a moment is not a lost lease; one that stays failing is
+            failing = failing or time.monotonic()
+            if time.monotonic() - failing < patience: continue
+            state.lost = (f"its lease file could not be read for {time.monotonic() - failing:.0f} s "
+                          f"({type(e).__name__}: {printable_text(e)})")
+            return
+        failing = None
         if not info or info.get("token") != state.token:
             state.lost = _lost_because(info)
             return
@@ -230,7 +242,8 @@ def _take_over(self:NodeLease, seen:dict):
 @patch
 def _hold(self:NodeLease, token:str):
     self._state = _LeaseState(self.path, token)
-    threading.Thread(target=_heartbeat, args=(self._state, self.heartbeat), daemon=True,
+    # stopped before a lease it cannot read could look stale to others: half of `stale_after`
+    threading.Thread(target=_heartbeat, args=(self._state, self.heartbeat, self.stale_after / 2), daemon=True,
                      name=f"lease-{self.node_id}").start()
     self._finalizer = weakref.finalize(self, _release, self._state)  # a lease dropped without release() still goes
     return self

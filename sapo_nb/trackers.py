@@ -25,7 +25,7 @@ def row_step(row) -> int|None:
     return r if isinstance(r, int) and not isinstance(r, bool) and r >= 0 else None
 
 # %% ../nbs/13_trackers.ipynb #485384a4
-_TRACKER_NAME = re.compile(r"[A-Za-z0-9_.:=+-]{1,128}")  # a name a tracker may show as it is
+_TRACKER_NAME = re.compile(r"[A-Za-z0-9_.:=+/-]{1,128}")  # a name a tracker may show as it is (`basic_arithmetic/0`)
 
 # %% ../nbs/13_trackers.ipynb #7bceab59
 def flatten_row(row:dict,          # one metrics row

@@ -97,8 +97,10 @@ def test_planted_metric_names_and_config_never_reach_a_tracker(tmp_path, monkeyp
     """A row whose keys are escape sequences or markup, and a config.json with a field that would close TensorBoard's
     code fence: the tracker gets neither."""
     from sapo_nb.trackers import TRACKER_CLASSES, Tracker, export_run, flatten_row
-    names = flatten_row(row("node-0", 0, peers={f"<img src=x>{ESC}": dict(taken=1), "alice.0123abcd": dict(taken=2)}))
-    assert "peers/alice.0123abcd/taken" in names and not any("<" in n or "\x1b" in n for n in names), names
+    names = flatten_row(row("node-0", 0, peers={f"<img src=x>{ESC}": dict(taken=1), "alice.0123abcd": dict(taken=2)},
+                            eval_by_task={"basic_arithmetic/0": 0.5}))
+    assert {"peers/alice.0123abcd/taken", "eval_by_task/basic_arithmetic/0"} <= set(names), names  # plain: kept
+    assert not any("<" in n or "\x1b" in n for n in names), names
     got = {}
     class Keep(Tracker):
         kind = "tensorboard"

@@ -265,16 +265,23 @@ def test_planted_answers_with_terminal_escapes_are_inert_in_compare(tmp_path):
 
 
 def test_unreadable_lease_stops_the_heartbeat_with_a_reason(tmp_path, monkeypatch):
-    """A lease file that cannot be read any more (its mode changed under the node, a flaky disk): the heartbeat reports
-    the lease lost, with why, instead of its thread dying in silence and the node running on unguarded."""
+    """A lease file that cannot be read (its mode changed under the node, a failing disk): a moment of it is ridden
+    out; once it lasts half of `stale_after` the heartbeat reports the lease lost, with why, instead of its thread
+    dying in silence and the node running on unguarded."""
     from sapo_nb import durability
-    lease = NodeLease(tiny(tmp_path / "root"), heartbeat=0.05).acquire()
+    def unreadable(p): raise PermissionError(13, "Permission denied", str(p))
+    real = durability.read_lease
+    lease = NodeLease(tiny(tmp_path / "root"), stale_after=4.0, heartbeat=0.05).acquire()
     try:
-        def unreadable(p): raise PermissionError(13, "Permission denied", str(p))
         monkeypatch.setattr(durability, "read_lease", unreadable)
-        deadline = time.monotonic() + 5
+        time.sleep(0.5)                                     # a moment: within its patience of 2 s
+        monkeypatch.setattr(durability, "read_lease", real)
+        time.sleep(0.3)
+        assert lease.lost is None, lease.lost
+        monkeypatch.setattr(durability, "read_lease", unreadable)
+        deadline = time.monotonic() + 6
         while lease.lost is None and time.monotonic() < deadline: time.sleep(0.05)
-        assert lease.lost and "gone or was replaced" in lease.lost, lease.lost
+        assert lease.lost and "could not be read for" in lease.lost and "PermissionError" in lease.lost, lease.lost
     finally: monkeypatch.undo(); lease.release()
 
 # --- leases and restored state ---------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def test_a_row_key_per_row_does_not_make_a_column_per_row(tmp_path):
     logs = tmp_path / "run" / "logs" / "node-0"; logs.mkdir(parents=True)
     (logs / "metrics.jsonl").write_text("".join(
         json.dumps(dict(round=r, reward_train=0.5, **{f"x{r}": 1})) + "\n" for r in range(2000)))
-    with pytest.warns(RuntimeWarning, match="1936 more were left out"): df = load_runs(tmp_path / "run")
+    with pytest.warns(RuntimeWarning, match="1936 values under further names were left out"): df = load_runs(tmp_path / "run")
     assert len(df) == 2000 and sum(c.startswith("x") for c in df.columns) == EXTRA_COLUMNS_MAX
 
 
