@@ -203,7 +203,7 @@ def load_runs(
     path, # a run folder, or any folder with run folders below it
 ) -> pd.DataFrame: # one row per node per round
     """Every node's metrics of every run at or below `path`, as one tidy table: the schema's columns, and at most
-    `EXTRA_COLUMNS_MAX` other names a row carries (a warning says how many more were left out)."""
+    `EXTRA_COLUMNS_MAX` other names rows carry (a warning says how many values under further names were left out)."""
     rows, root, extra_names, left_out = [], Path(path), set(), 0
     known = {*ID_COLUMNS, *METRIC_COLUMNS, *PROVENANCE_COLUMNS}
     for run_dir in find_runs(root):
