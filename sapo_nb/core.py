@@ -15,9 +15,9 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'JSONL_MAX_ROWS', 'J
            'METRIC_FIELDS', 'PROVENANCE_PACKAGES', 'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root',
            'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append', 'path_kind', 'list_dir',
            'remove', 'rename', 'safe_text', 'printable_text', 'plural', 'counted', 'atomic_write', 'read_json_file',
-           'read_jsonl', 'append_jsonl', 'read_run_config', 'read_node_configs', 'experiment_dir', 'metrics_path',
-           'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite', 'is_count',
-           'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
+           'read_jsonl', 'append_jsonl', 'read_run_config', 'node_dirs', 'read_node_configs', 'experiment_dir',
+           'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite',
+           'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -302,17 +302,24 @@ def read_run_config(run_dir) -> list:
     nodes = c.get("nodes", [c]) if isinstance(c, dict) else c if isinstance(c, list) else []
     return [n for n in nodes if isinstance(n, dict)]
 
+# %% ../nbs/00_core.ipynb #37615b55
+def node_dirs(run_dir) -> list:
+    """The node folders under `run_dir/logs`, in name order, the first `NODE_FOLDERS_MAX`: real folders only, none
+    through a link; none when `logs` cannot be listed."""
+    logs = Path(run_dir) / "logs"
+    try: names = sorted(n for n, kind in list_dir(logs).items() if kind == "dir")
+    except OSError: return []  # a link, a file, or a folder this user may not read
+    return [logs / n for n in names[:NODE_FOLDERS_MAX]]
+
 # %% ../nbs/00_core.ipynb #0a017569
 def read_node_configs(run_dir) -> dict:
     """{node id: config dict} of a run: the nodes of `run_dir/config.json`, then `logs/<node>/config.json`
     of any node it lacks."""
     run_dir = Path(run_dir)
     out = {c["node_id"]: c for c in read_run_config(run_dir) if isinstance(c.get("node_id"), str)}
-    try: folders = sorted(n for n, kind in list_dir(run_dir / "logs").items() if kind == "dir")[:NODE_FOLDERS_MAX]
-    except OSError: folders = []  # `logs` is a link or a file: nothing of it is read
-    for n in folders:
-        c = read_json_file(run_dir / "logs" / n / "config.json", limit=NODE_CONFIG_MAX_BYTES) if n not in out else None
-        if isinstance(c, dict): out[n] = c
+    for d in node_dirs(run_dir):
+        c = read_json_file(d / "config.json", limit=NODE_CONFIG_MAX_BYTES) if d.name not in out else None
+        if isinstance(c, dict): out[d.name] = c
     return out
 
 # %% ../nbs/00_core.ipynb #6dc9108f

@@ -10,14 +10,14 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import printable_name
 from .identity import alias_of, valid_wire_id
-from .core import (NODE_FOLDERS_MAX, UnsafePath, is_count, is_finite, list_dir, open_regular, printable_text,
-                          read_jsonl, read_node_configs, trust_root, valid_metrics_row)
+from .core import (is_count, is_finite, node_dirs, open_regular, printable_text, read_jsonl, read_node_configs,
+                          trust_root, valid_metrics_row)
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit', 'node_state',
-           'node_status', 'PeerAccounts', 'peer_table', 'short_peer', 'refusal_text', 'format_peers', 'node_dirs',
-           'swarm_status', 'format_status', 'MetricsReader', 'moving_average', 'NodeSeries', 'SwarmWatcher',
-           'tail_lines', 'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
+           'node_status', 'PeerAccounts', 'peer_table', 'short_peer', 'refusal_text', 'format_peers', 'swarm_status',
+           'format_status', 'MetricsReader', 'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines',
+           'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
 
 # %% ../nbs/17_monitor.ipynb #5cd7edc2
 def _run_length(x) -> bool: return is_count(x) and x >= 1
@@ -134,14 +134,6 @@ def format_peers(rows:list) -> str:
             lines.append(f"  {short_peer(t['peer']):>20} {t['offered']:>7} {t['taken']:>6} {t['share']:>6.0%}  "
                          f"{refusal_text(t['refused'])}{flag}")
     return "\n".join(lines)
-
-# %% ../nbs/17_monitor.ipynb #d4e9ee7a
-def node_dirs(exp) -> list:
-    """The node folders under `<exp>/logs`, in name order, the first `NODE_FOLDERS_MAX`: real folders only, none
-    through a link (a linked `logs`: none)."""
-    try: names = sorted(n for n, kind in list_dir(exp / "logs").items() if kind == "dir")
-    except (UnsafePath, NotADirectoryError): return []
-    return [exp / "logs" / n for n in names[:NODE_FOLDERS_MAX]]
 
 # %% ../nbs/17_monitor.ipynb #8581f6fb
 def _with_process(seen:str, proc:str|None) -> str:
