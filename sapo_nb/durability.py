@@ -108,11 +108,12 @@ def _is_stale(info:dict, age:float, stale_after:float) -> bool:
     return pid > 1 and not _pid_alive(pid)
 
 # %% ../nbs/14_durability.ipynb #c95d88f3
-def lease_alive(path) -> bool:
+def lease_alive(path) -> bool|None:
     """Whether the lease at `path` has a living holder: it is there and fresh, and its pid lives where that can be
-    checked."""
+    checked. None when this reader cannot tell: the file is there but cannot be opened (another user's, say)."""
     try: info, age = read_lease(path)
-    except (NodeRunning, OSError): return False  # planted, not a lease; or no lease this reader can open
+    except NodeRunning: return False  # planted, not a lease: no node can hold it
+    except OSError: return None       # a lease this reader cannot open: held or not, it cannot say
     return info is not None and not _is_stale(info, age, LEASE_STALE)
 
 # %% ../nbs/14_durability.ipynb #78bfbd17

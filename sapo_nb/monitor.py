@@ -146,10 +146,12 @@ def _with_process(seen:str, proc:str|None) -> str:
 # %% ../nbs/17_monitor.ipynb #e350e0c2
 def _lease_process(exp, node:str, seen:str) -> str|None:
     """'exited' for a node its rows call alive or stale that holds no lease (released, or its holder gone); 'running'
-    for a node with no row yet whose lease is held (it is in its first round); else None."""
+    for a node with no row yet whose lease is held (it is in its first round); else None, also when the lease cannot
+    be read (the rows' word stands)."""
     from sapo_nb.durability import lease_alive, lease_file
-    if seen == "-": return "running" if lease_alive(lease_file(exp, node)) else None
-    return "exited" if seen in ("alive", "stale") and not lease_alive(lease_file(exp, node)) else None
+    held = lease_alive(lease_file(exp, node))
+    if seen == "-": return "running" if held else None
+    return "exited" if seen in ("alive", "stale") and held is False else None
 
 # %% ../nbs/17_monitor.ipynb #4e06c68f
 def swarm_status(root, # the runs folder
