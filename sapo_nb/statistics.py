@@ -11,9 +11,9 @@ from .core import Group, counted
 from .sampler import get_strategy  # the node's own selection rules, by name
 
 # %% auto #0
-__all__ = ['SPLIT_COLUMNS', 'SUMMARIES', 'UNIT', 'group_outcomes', 'spread_mean', 'simulate_no_learning', 'expected_artefact',
-           'artefact_table', 'early_rounds', 'base_rate', 'fit_concentration', 'selection_split', 'base_column',
-           'curve_area', 'per_seed', 'commit_check', 'straddling_seeds', 'paired_by_seed', 'min_p_value',
+__all__ = ['SPLIT_COLUMNS', 'SUMMARIES', 'SIGN_FLIP_EXACT_MAX', 'UNIT', 'group_outcomes', 'spread_mean', 'simulate_no_learning',
+           'expected_artefact', 'artefact_table', 'early_rounds', 'base_rate', 'fit_concentration', 'selection_split',
+           'base_column', 'curve_area', 'per_seed', 'commit_check', 'straddling_seeds', 'paired_by_seed', 'min_p_value',
            'seeds_for_alpha', 'sign_flip_test', 't_interval', 'fieller_ratio', 'paired_t', 't_power', 'seeds_needed',
            'detectable_effect', 'seed_power', 'holm', 'tost', 'compare_by_seed']
 
@@ -389,12 +389,27 @@ def seeds_for_alpha(
     while min_p_value(n, alternative) > alpha: n += 1
     return n
 
+# %% ../nbs/18_statistics.ipynb #19938802
+SIGN_FLIP_EXACT_MAX = 40  # seeds up to which every sign pattern is counted (two halves of at most 2**20 sums)
+
+def _signed_sums(d) -> np.ndarray:
+    "The sums of `d` under each of its 2**len(d) sign patterns."
+    sums = np.zeros(1)
+    for x in d: sums = np.concatenate([sums + x, sums - x])
+    return sums
+
+def _patterns_summing_to_at_least(d, x:float) -> int:
+    "How many of the 2**len(d) sign patterns of `d` sum to `x` or more: each half's sums, one searched for the other's."
+    half = len(d) // 2
+    first, second = _signed_sums(d[:half]), np.sort(_signed_sums(d[half:]))
+    return int((len(second) - np.searchsorted(second, x - first, side="left")).sum())
+
 # %% ../nbs/18_statistics.ipynb #2c943619
 def sign_flip_test(
     diffs, # per-seed differences a - b (NaN skipped)
     alternative:str="two-sided", # 'two-sided', 'greater' (a > b) or 'less'
     alpha:float=0.05, # the level `can_reject` and the note refer to
-    n_perm:int=10_000, # Monte Carlo sign patterns; all 2**n are enumerated when that is at most this many
+    n_perm:int=10_000, # Monte Carlo sign patterns, beyond `SIGN_FLIP_EXACT_MAX` seeds (up to it all 2**n count)
     seed:int=0, # random seed of the Monte Carlo patterns
 ) -> dict: # statistic (mean difference), p_value, exact, n, min_p, can_reject, note
     "Paired permutation test: flip the signs of the per-seed differences."
@@ -404,14 +419,18 @@ def sign_flip_test(
     d = d[np.isfinite(d)]
     if len(d) == 0: raise ValueError("sign_flip_test needs at least one finite paired difference")
     n, obs = len(d), float(d.mean())
-    exact = 2 ** n <= n_perm
-    if exact: signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)  # every pattern, all +1 first
-    else: signs = np.random.default_rng(seed).choice([-1, 1], (n_perm, n))
-    stats = (signs * d).mean(axis=1)
-    tol = 1e-12 * max(1.0, float(np.abs(d).max()))
-    hits = {"two-sided": np.abs(stats) >= abs(obs) - tol, "greater": stats >= obs - tol,
-            "less": stats <= obs + tol}[alternative].sum()
-    p = hits / len(stats) if exact else (hits + 1) / (len(stats) + 1)
+    exact, tol = n <= SIGN_FLIP_EXACT_MAX, 1e-12 * max(1.0, float(np.abs(d).max()))  # tol: rounding of equal sums
+    if exact:
+        total, slack = float(d.sum()), tol * n
+        at_least = lambda x: _patterns_summing_to_at_least(d, x)
+        hits = {"two-sided": lambda: 2 * at_least(abs(total) - slack) if abs(total) > slack else 2 ** n,
+                "greater": lambda: at_least(total - slack), "less": lambda: at_least(-total - slack)}[alternative]()
+        p = hits / 2 ** n
+    else:
+        stats = (np.random.default_rng(seed).choice([-1, 1], (n_perm, n)) * d).mean(axis=1)
+        hits = {"two-sided": np.abs(stats) >= abs(obs) - tol, "greater": stats >= obs - tol,
+                "less": stats <= obs + tol}[alternative].sum()
+        p = (hits + 1) / (n_perm + 1)
     floor = min_p_value(n, alternative)
     can = floor <= alpha
     note = "" if can else (f"{counted(n, 'seed')} cannot reach p <= {alpha:g}: "
@@ -613,7 +632,7 @@ def compare_by_seed(
     margin:float|None=None, # equivalence margin in the metric's units, stated in advance; None: no equivalence test
     margin_pct:float|None=None, # or the margin in % of the baseline's mean
     mixed_commits:bool=False, # True: pair runs of different recorded commits
-    n_perm:int=10_000, # Monte Carlo sign patterns of the sign-flip check (exact below 2**n)
+    n_perm:int=10_000, # Monte Carlo sign patterns of the sign-flip check (beyond `SIGN_FLIP_EXACT_MAX` seeds)
     seed:int=0, # random seed of the sign-flip check
 ) -> dict:
     "Everything a report says about config_a against config_b on one metric, with the swarm run as the unit."

@@ -105,8 +105,29 @@ def test_sign_flip_floor_equals_scipy():
         assert math.isclose(ours["min_p"], ours["p_value"]) and ours["can_reject"] == (n >= 6)
 
 
+def _every_pattern(d, alternative):
+    "The sign-flip p-value from every pattern, listed 2**16 at a time: what the search over two halves must give."
+    n, low = len(d), min(len(d), 16)
+    bits = lambda k, m: 1 - 2 * ((np.asarray(k)[..., None] >> np.arange(m)) & 1)
+    sums_low, total, hits = bits(np.arange(2 ** low), low) @ d[:low], d.sum(), 0
+    for k in range(2 ** (n - low)):
+        s = sums_low + bits(k, n - low) @ d[low:]
+        hits += int({"two-sided": np.abs(s) >= abs(total) - 1e-9, "greater": s >= total - 1e-9,
+                     "less": s <= total + 1e-9}[alternative].sum())
+    return hits / 2 ** n
+
+
+@pytest.mark.parametrize("n", [14, 22])
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_sign_flip_counts_every_pattern_of_many_seeds(n, alternative):
+    "Past 2**n = n_perm (a plan's 24 seeds are 16.8 million patterns) the test still counts every one."
+    d = np.random.default_rng(n).normal(0.2, 1.0, n)
+    ours = sign_flip_test(d, alternative)
+    assert ours["exact"] and math.isclose(ours["p_value"], _every_pattern(d, alternative), rel_tol=1e-12)
+
+
 def test_sign_flip_monte_carlo_close_to_scipy():
-    d = np.random.default_rng(7).normal(0.25, 1.0, 24)  # 2**24 patterns: both sides sample
+    d = np.random.default_rng(7).normal(0.25, 1.0, 48)  # past SIGN_FLIP_EXACT_MAX: both sides sample
     ours = sign_flip_test(d, n_perm=20_000)
     assert not ours["exact"]
     assert abs(ours["p_value"] - _scipy_sign_flip(d, "two-sided", 20_000)) < 0.015
