@@ -51,7 +51,8 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, nargs="+", default=None)
     p.add_argument("--repo", default=None, help="the checkout results are committed into (default: this script's)")
     p.add_argument("--stop-on-verdict", action="store_true",
-                   help="stop when the pre-registered rule (analysis.plan_verdict) gives 'helps' or 'hurts' at a look")
+                   help="stop when the pre-registered rule (analysis.plan_verdict) gives 'helps' or 'hurts' at an "
+                        "interim look (after the final look the seed's last arm still runs)")
     p.add_argument("--other-commit", action="store_true", help="add runs of this commit to a plan pinned to another")
     p.add_argument("--other-machine", action="store_true",
                    help="add runs on this machine type to a plan pinned to another")
@@ -59,6 +60,7 @@ def main(argv=None):
     repo = Path(a.repo).resolve() if a.repo else Path(__file__).resolve().parents[1]
     committed = resolve_plan(a.plan, a.data, seeds=a.seeds)
     resolved = resolve_plan(a.plan, a.root, seeds=a.seeds)
+    if a.stop_on_verdict and stopped(a): return  # a crossing landed before a restart still stops the plan
     for run, saved in zip(resolved["runs"], committed["runs"]):
         tag = f"{a.plan} {run['config']} seed {run['seed']}"
         if run_complete(saved["cfgs"]) and not unpaired_elsewhere(run, saved, resolved, committed):
@@ -69,7 +71,8 @@ def main(argv=None):
                            other_commit=a.other_commit, other_machine=a.other_machine)
         if "strong" in resolved and run_complete(resolved["strong"]["cfgs"]): land_strong(resolved, committed, a, repo)
         mine = next((s for s in summary if s["config"] == run["config"]), summary[-1])  # or the strong node's failure
-        if mine["status"] not in ("done", "skipped"): print(f"{tag}: {mine}", flush=True); continue
+        if mine["status"] not in ("done", "skipped"):  # a later seed would leave a hole in the pairs: stop, say why
+            print(f"{tag}: {mine}; stopping here, the next start runs it again", flush=True); return 1
         ok = land(run, saved, a, committed, repo, f"{run['config']} seed {run['seed']} ({run['nodes']} nodes x "
                   f"{run['cfgs'][0].rounds} rounds, {time.perf_counter() - t0:.0f} s)")
         print(f"{tag}: {'committed' if ok else 'NOT committed'} in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -89,11 +92,12 @@ def carry_pins(committed, resolved):
 
 
 def stopped(a) -> bool:
-    "Whether the committed runs reach a pre-registered look whose boundary they cross (the plan then stops)."
+    """Whether the committed runs cross an interim look's boundary, which stops the plan. At the final look nothing
+    is left to stop but the last seed's remaining arms, which the report counts on: they run."""
     from sapo_nb.analysis import load_runs, plan_verdict
     v = plan_verdict(load_runs(Path(a.data) / a.plan))
     print(f"{a.plan}: {v['sentence']}", flush=True)
-    return v["verdict"] in ("helps", "hurts")
+    return v["look"] == "interim" and v["verdict"] in ("helps", "hurts")
 
 
 def model_sha256(folder) -> str:
@@ -160,4 +164,4 @@ def land(run, saved, a, committed, repo, what) -> bool:
     return commit([dst, plan_json], f"{a.plan}: metrics of {what}", repo)
 
 
-if __name__ == "__main__": main()
+if __name__ == "__main__": sys.exit(main())

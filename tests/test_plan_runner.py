@@ -1,4 +1,5 @@
-"""The background runner (bench/plan_in_background.py) keeps a plan's pins where its run folder is new or stale.
+"""The background runner (bench/plan_in_background.py): the pins of a plan hold where its run folder is new or stale, a
+failed run stops it, and a pre-registered verdict stops it only where the plan says.
 
 A plan spans sessions and machines: the run folder (`--root`) may be empty on the next machine, or hold a record of
 an earlier call that never ran a round, while the committed `plan.json` beside the results says which library commit
@@ -46,9 +47,9 @@ def _runner(monkeypatch):
     return plan_in_background, ran
 
 
-def _main(runner, tmp_path, *extra):
-    runner.main(["mini", "--root", str(tmp_path / "runs"), "--data", str(tmp_path / "data"), "--repo", str(tmp_path),
-                 "--seeds", "0", *extra])
+def _main(runner, tmp_path, *extra, seeds=("0",)):
+    return runner.main(["mini", "--root", str(tmp_path / "runs"), "--data", str(tmp_path / "data"), "--repo",
+                        str(tmp_path), "--seeds", *seeds, *extra])
 
 
 def test_fresh_run_folder_refuses_another_machine_type(tmp_path, monkeypatch):
@@ -64,7 +65,7 @@ def test_fresh_run_folder_adds_runs_when_told(tmp_path, monkeypatch):
     _committed_plan(tmp_path / "data", library=_this_library(), machine=OTHER_MACHINE, started=True)
     runner, ran = _runner(monkeypatch)
     _main(runner, tmp_path, "--other-machine")
-    assert len(ran) == 4  # every configuration of seed 0 was tried
+    assert len(ran) == 1  # got past the pins (the stub run fails, which stops the runner)
     assert json.loads((tmp_path / "runs" / "mini" / "plan.json").read_text())["machine"] == OTHER_MACHINE  # kept
 
 
@@ -77,7 +78,7 @@ def test_an_older_record_with_landed_runs_keeps_its_commit(tmp_path, monkeypatch
         _main(runner, tmp_path)
     assert ran == []
     _main(runner, tmp_path, "--other-commit")
-    assert len(ran) == 4
+    assert len(ran) == 1
 
 
 def test_a_stale_record_in_the_run_folder_does_not_override_the_committed_pins(tmp_path, monkeypatch):
@@ -112,7 +113,7 @@ def test_a_plan_that_has_not_started_takes_this_machine(tmp_path, monkeypatch):
     _committed_plan(tmp_path / "data", library=_this_library(), machine=OTHER_MACHINE, started=False)
     runner, ran = _runner(monkeypatch)
     _main(runner, tmp_path)
-    assert len(ran) == 4
+    assert len(ran) == 1
     assert json.loads((tmp_path / "runs" / "mini" / "plan.json").read_text())["machine"]["cpu_features"] == \
         machine_type()["cpu_features"]
 
@@ -136,3 +137,32 @@ def test_landing_a_run_records_that_the_plan_started(tmp_path, monkeypatch):
     assert landed["started"] is True and landed["machine"] == machine_type()
     assert "plan.json" in subprocess.run(["git", "-C", str(tmp_path), "show", "--name-only"], capture_output=True,
                                          text=True).stdout
+
+
+def test_a_failed_run_stops_the_runner_before_the_next_seed(tmp_path, monkeypatch):
+    "A run that fails would leave a hole in the pairs if the next seed went on: the runner stops, exit status 1."
+    runner, ran = _runner(monkeypatch)
+    assert _main(runner, tmp_path, seeds=("0", "1")) == 1
+    assert len(ran) == 1
+
+
+def _verdict(monkeypatch, look, verdict):
+    from sapo_nb import analysis
+    monkeypatch.setattr(analysis, "load_runs", lambda *a, **k: None)
+    monkeypatch.setattr(analysis, "plan_verdict", lambda *a, **k: dict(look=look, verdict=verdict, sentence=verdict))
+
+
+def test_a_crossing_at_the_interim_look_stops_the_plan_even_on_a_restart(tmp_path, monkeypatch):
+    "The boundary was crossed by a run that landed before a restart: no further run starts."
+    runner, ran = _runner(monkeypatch)
+    _verdict(monkeypatch, "interim", "helps")
+    assert not _main(runner, tmp_path, "--stop-on-verdict")
+    assert ran == []
+
+
+def test_a_crossing_at_the_final_look_lets_the_last_seed_finish(tmp_path, monkeypatch):
+    "The final look is reached before the seed's last arm runs: the control arm of that seed still runs."
+    runner, ran = _runner(monkeypatch)
+    _verdict(monkeypatch, "final", "hurts")
+    _main(runner, tmp_path, "--stop-on-verdict")
+    assert len(ran) == 1
