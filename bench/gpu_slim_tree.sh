@@ -5,18 +5,20 @@
 # travel (the GGUF of bench/gpu_weights.sh then goes in two parts instead of four); `off` puts the index of nbs/ back
 # as HEAD has it. Run `on` right before bench/gpu_weights.sh and the calls, `off` right after them, and commit nothing
 # in between: a plan running in the background (bench/plan_in_background.py) could not commit a finished run under
-# nbs/ meanwhile, so `on` refuses while one runs (pause it with `pkill -STOP -f plan_in_background`).
+# nbs/ meanwhile, so `on` refuses while one runs: pause it first, as a command of its own, and let it go on after `off`:
+#   kill -STOP $(pgrep -f "$RUNNER")   ...   kill -CONT $(pgrep -f "$RUNNER")     (RUNNER as below)
 #
 #   bash bench/gpu_slim_tree.sh on && bash bench/gpu_weights.sh   # ... the device calls ...   bash bench/gpu_slim_tree.sh off
 set -euo pipefail
 cd "$(dirname "$0")/.."
+RUNNER='^[^ ]*python[^ ]* .*plan_in_background'  # the runner's Python, not a shell whose command names it
 exclude=$(git rev-parse --git-path info/exclude)
 marker=$(git rev-parse --git-path sapo-slim-tree)  # holds the HEAD that `on` saw
 case "${1:-}" in
   on)
     [ ! -e "$marker" ] || { echo "gpu_slim_tree: already on (since HEAD $(cat "$marker")); run 'off' first" >&2; exit 1; }
     git diff --cached --quiet || { echo "gpu_slim_tree: the index holds staged changes; commit or unstage them first" >&2; exit 1; }
-    for pid in $(pgrep -f plan_in_background || true); do
+    for pid in $(pgrep -f "$RUNNER" || true); do
       if ! ps -o stat= -p "$pid" | grep -q T; then
         echo "gpu_slim_tree: a plan is running (pid $pid) and could not commit its next run; pause it first" >&2; exit 1
       fi

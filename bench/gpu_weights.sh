@@ -9,8 +9,9 @@
 # 341 s for the first call, 122 s for the second, 40 rounds of learning included):
 #
 #   bash bench/gpu_wheels.sh && bash bench/gpu_slim_tree.sh on && bash bench/gpu_weights.sh
-#   call 1: carry ["bench/wheels", "bench/gguf/1"], command: SAPO_GPU_SECONDS=340 bash bench/gpu_check.sh; bash bench/gpu_learn.sh
-#   call 2: carry ["bench/gguf/2"],                 command: SAPO_LEARN_SECONDS=200 bash bench/gpu_learn.sh  (joins, checks, learns)
+#   call 1: carry ["bench/wheels", "bench/gguf/1"], timeout_s 480, command: bash bench/gpu_check.sh; bash bench/gpu_learn.sh
+#   call 2, sent as soon as call 1 returns, before reading it (30 s idle gives the machine back):
+#           carry ["bench/gguf/2"], timeout_s 300, command: SAPO_LEARN_SECONDS=200 bash bench/gpu_learn.sh  (joins, checks, learns)
 #   bash bench/gpu_slim_tree.sh off
 set -euo pipefail
 cd "$(dirname "$0")/.."

