@@ -8,8 +8,8 @@ import html, itertools, json, math, os, re, time, warnings, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .core import (PHASES, RoundMetrics, counted, plural, metric_columns, read_jsonl, read_node_configs,
-                          read_run_config, safe_text)
+from .core import (PHASES, RoundMetrics, counted, plural, is_finite, metric_columns, read_jsonl,
+                          read_node_configs, read_run_config, safe_text)
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value,
                                 paired_by_seed, paired_t, per_seed, seeds_for_alpha, selection_split,
                                 t_interval)
@@ -818,9 +818,11 @@ def plan_verdict(
     last = k == len(looks) - 1
     verdict = (("helps" if r["diff"] > 0 else "hurts") if r["p_value"] < bound else
                "continue" if not last else f"no effect within ±{margin_pct:g}%" if r["equivalent"] else "inconclusive")
+    fieller = (f" [{r['rel_low_pct']:+.1f}%, {r['rel_high_pct']:+.1f}%]"  # unbounded when b's mean is near zero
+               if is_finite(r["rel_low_pct"]) and is_finite(r["rel_high_pct"]) else "")
     sentence = (f"At the {'final' if last else 'interim'} look ({n} pairs): {a} − {b} = {r['diff']:+.3f} "
                 f"({metric_units(metric)}), 95% CI [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}], "
-                f"{r['rel_pct']:+.1f}% of {b}; paired t p = {r['p_value']:.3g} against the boundary {bound:g}; "
+                f"{r['rel_pct']:+.1f}% of {b}{fieller}; paired t p = {r['p_value']:.3g} against the boundary {bound:g}; "
                 f"equivalence within ±{margin_pct:g}% p = {r['p_equivalence']:.3g}. Verdict: {verdict}.")
     return dict(r, look="final" if last else "interim", pairs=n, boundary=bound, verdict=verdict, sentence=sentence)
 

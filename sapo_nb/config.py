@@ -182,8 +182,8 @@ class SAPOConfig:
         "last round; 0: never")
     eval_questions: int = _f(64,
         "held-out questions asked before training and at the last round (the first N of the mix's evaluation set, "
-        "whose texts no training stream or peer can reach): the same for every node, configuration and seed; plans "
-        "use 512")
+        "whose texts no training stream or peer can reach): the same for every node, configuration and seed; the "
+        "`decisive` plan uses 512")
     eval_curve_questions: int = _f(64,
         "held-out questions asked at the evaluations in between (the first N of the same set, at most "
         "eval_questions): a cheaper learning curve")
