@@ -6,7 +6,7 @@
 # as HEAD has it. Run `on` right before bench/gpu_weights.sh and the calls, `off` right after them, and commit nothing
 # in between: a plan running in the background (bench/plan_in_background.py) could not commit a finished run under
 # nbs/ meanwhile, so `on` refuses while one runs: pause it first, as a command of its own, and let it go on after `off`:
-#   kill -STOP $(pgrep -f "$RUNNER")   ...   kill -CONT $(pgrep -f "$RUNNER")     (RUNNER as below)
+#   kill -STOP $(pgrep -f '^[^ ]*python[^ ]* .*plan_in_background')   ...   (the same with -CONT after `off`)
 #
 #   bash bench/gpu_slim_tree.sh on && bash bench/gpu_weights.sh   # ... the device calls ...   bash bench/gpu_slim_tree.sh off
 set -euo pipefail

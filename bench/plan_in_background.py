@@ -76,6 +76,7 @@ def main(argv=None):
         ok = land(run, saved, a, committed, repo, f"{run['config']} seed {run['seed']} ({run['nodes']} nodes x "
                   f"{run['cfgs'][0].rounds} rounds, {time.perf_counter() - t0:.0f} s)")
         print(f"{tag}: {'committed' if ok else 'NOT committed'} in {time.perf_counter() - t0:.0f} s", flush=True)
+        if not ok: return 1  # its files are in place, uncommitted: commit them before any later seed runs
         if a.stop_on_verdict and stopped(a): return
 
 
@@ -95,6 +96,7 @@ def stopped(a) -> bool:
     """Whether the committed runs cross an interim look's boundary, which stops the plan. At the final look nothing
     is left to stop but the last seed's remaining arms, which the report counts on: they run."""
     from sapo_nb.analysis import load_runs, plan_verdict
+    if not (Path(a.data) / a.plan).is_dir(): return False  # nothing has landed yet
     v = plan_verdict(load_runs(Path(a.data) / a.plan))
     print(f"{a.plan}: {v['sentence']}", flush=True)
     return v["look"] == "interim" and v["verdict"] in ("helps", "hurts")

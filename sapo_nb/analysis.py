@@ -8,7 +8,7 @@ import html, itertools, json, math, os, re, time, warnings, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .core import (PHASES, RoundMetrics, counted, plural, is_finite, metric_columns, read_jsonl,
+from .core import (PHASES, RoundMetrics, counted, plural, is_finite, metric_columns, node_files, read_jsonl,
                           read_node_configs, read_run_config, safe_text)
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value,
                                 paired_by_seed, paired_t, per_seed, seeds_for_alpha, selection_split,
@@ -99,8 +99,7 @@ def find_runs(
     if not path.is_dir(): raise FileNotFoundError(f"no such folder: {path}")
     runs = []
     for d, dirs, _ in os.walk(path):
-        logs = Path(d) / "logs"
-        if "logs" in dirs and any(p.is_file() for p in logs.glob("*/metrics.jsonl")): runs.append(Path(d))
+        if "logs" in dirs and node_files(d, "metrics.jsonl"): runs.append(Path(d))  # real node folders, no links
         dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS)
     return sorted(runs)
 
@@ -134,8 +133,7 @@ def run_provenance(
     run_dir, # the run folder
 ) -> dict: # commits, dirty, cpu, device: None where no node start recorded it
     "What code and machine ran a run, over every node and every start: commits, any dirty tree, CPUs, devices."
-    starts = [r for f in sorted(Path(run_dir).glob("logs/*/provenance.jsonl"))
-              for r in read_jsonl(f) if isinstance(r, dict)]
+    starts = [r for f in node_files(run_dir, "provenance.jsonl") for r in read_jsonl(f) if isinstance(r, dict)]
     vals = lambda k: sorted({str(r[k]) for r in starts if r.get(k) not in (None, "")})
     commits = [c for c in vals("commit") if re.fullmatch(r"[0-9a-f]{40}", c)]
     dirty = [r["dirty"] for r in starts if isinstance(r.get("dirty"), bool)]
@@ -208,7 +206,7 @@ def load_runs(
     known = {*ID_COLUMNS, *METRIC_COLUMNS, *PROVENANCE_COLUMNS}
     for run_dir in find_runs(root):
         info, nodes = run_info(run_dir, root), read_node_configs(run_dir)
-        for f in sorted((run_dir / "logs").glob("*/metrics.jsonl")):
+        for f in node_files(run_dir, "metrics.jsonl"):
             node = f.parent.name  # the folder is authoritative: a node writes only its own
             adaptive = str(nodes.get(node, {}).get("adaptive", "off"))
             for r in map(_flat_row, read_jsonl(f)):
@@ -757,7 +755,7 @@ def load_eval_items(
     rows, root = [], Path(path)
     for run_dir in find_runs(root):
         info = run_info(run_dir, root)
-        for f in sorted((run_dir / "logs").glob("*/eval_items.jsonl")):
+        for f in node_files(run_dir, "eval_items.jsonl"):
             for record in read_jsonl(f): rows += _item_rows(info, f.parent.name, record)
     # a record written twice (a start stopped in its first round, then run again) counts once: the last, as metrics
     return (_inert(pd.DataFrame(rows, columns=list(EVAL_ITEM_COLUMNS)), ("run", "config", "node_id"))
@@ -822,7 +820,8 @@ def plan_verdict(
                if is_finite(r["rel_low_pct"]) and is_finite(r["rel_high_pct"]) else "")
     sentence = (f"At the {'final' if last else 'interim'} look ({n} pairs): {a} − {b} = {r['diff']:+.3f} "
                 f"({metric_units(metric)}), 95% CI [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}], "
-                f"{r['rel_pct']:+.1f}% of {b}{fieller}; paired t p = {r['p_value']:.3g} against the boundary {bound:g}; "
+                f"{r['rel_pct']:+.1f}% of {b}{fieller}; paired t p = {r['p_value']:.3g} "
+                f"against the boundary {bound:g}; "
                 f"equivalence within ±{margin_pct:g}% p = {r['p_equivalence']:.3g}. Verdict: {verdict}.")
     return dict(r, look="final" if last else "interim", pairs=n, boundary=bound, verdict=verdict, sentence=sentence)
 
@@ -1150,7 +1149,7 @@ def _peers_section(path) -> list:
     rows = [dict(run=run.name, node=f.parent.name, peer=short_peer(t["peer"]), offered=t["offered"], taken=t["taken"],
                  share_pct=round(100 * t["share"], 1), refused=refusal_text(t["refused"]),
                  flagged="yes" if t["flagged"] else "")
-            for run in runs for f in sorted((run / "logs").glob("*/metrics.jsonl"))
+            for run in runs for f in node_files(run, "metrics.jsonl")
             for t in peer_table([r for r in read_jsonl(f) if valid_metrics_row(r)])]
     if not rows: return []
     return ["<h2>Peers</h2><p class='note'>Per node and peer, over the run: groups offered (valid, fresh), taken "

@@ -15,9 +15,9 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'JSONL_MAX_ROWS', 'J
            'METRIC_FIELDS', 'PROVENANCE_PACKAGES', 'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root',
            'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append', 'path_kind', 'list_dir',
            'remove', 'rename', 'safe_text', 'printable_text', 'plural', 'counted', 'atomic_write', 'read_json_file',
-           'read_jsonl', 'append_jsonl', 'read_run_config', 'node_dirs', 'read_node_configs', 'experiment_dir',
-           'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite',
-           'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
+           'read_jsonl', 'append_jsonl', 'read_run_config', 'node_dirs', 'node_files', 'read_node_configs',
+           'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path',
+           'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -308,8 +308,17 @@ def node_dirs(run_dir) -> list:
     through a link; none when `logs` cannot be listed."""
     logs = Path(run_dir) / "logs"
     try: names = sorted(n for n, kind in list_dir(logs).items() if kind == "dir")
-    except OSError: return []  # a link, a file, or a folder this user may not read
+    except (UnsafePath, NotADirectoryError, PermissionError): return []  # a link, a file, another user's folder
     return [logs / n for n in names[:NODE_FOLDERS_MAX]]
+
+def node_files(run_dir, name:str) -> list:
+    "`logs/<node>/<name>` of each node folder of `run_dir` (`node_dirs`) where that is a regular file, not a link."
+    out = []
+    for d in node_dirs(run_dir):
+        try: kind = path_kind(d / name)
+        except OSError: kind = None  # gone since the listing, or not reachable without a link
+        if kind == "file": out.append(d / name)
+    return out
 
 # %% ../nbs/00_core.ipynb #0a017569
 def read_node_configs(run_dir) -> dict:

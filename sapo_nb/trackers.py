@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib, json, math, os, re
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, printable_name, valid_name
-from .core import experiment_dir, read_jsonl, read_node_configs
+from .core import experiment_dir, node_files, read_jsonl, read_node_configs
 from fastcore.basics import patch
 
 # %% auto #0
@@ -245,7 +245,7 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
     "Replay a finished run's metrics into tracker `to`, one tracker run per node. Returns {node: rounds sent}."
     if to not in TRACKER_CLASSES: raise TrackerError(f"to: got {to!r}; allowed: {', '.join(TRACKER_CLASSES)}")
     run_dir = Path(run_dir)
-    nodes = sorted(p.parent.name for p in (run_dir / "logs").glob("*/metrics.jsonl") if valid_name(p.parent.name))
+    nodes = [f.parent.name for f in node_files(run_dir, "metrics.jsonl") if valid_name(f.parent.name)]
     if not nodes: raise TrackerError(f"{run_dir}: no logs/<node>/metrics.jsonl to export")
     configs = read_node_configs(run_dir)
     out, project = Path(out) if out is not None else run_dir / "tracker", project or _project_name(run_dir)

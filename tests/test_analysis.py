@@ -126,6 +126,13 @@ def test_sign_flip_counts_every_pattern_of_many_seeds(n, alternative):
     assert ours["exact"] and math.isclose(ours["p_value"], _every_pattern(d, alternative), rel_tol=1e-12)
 
 
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_sign_flip_counts_ties_at_the_threshold(alternative):
+    "Many patterns sum exactly to the observed total (repeated differences): each of them counts, as when listed."
+    d = np.tile([1.0, 2.0, -1.0], 6) / 512
+    assert math.isclose(sign_flip_test(d, alternative)["p_value"], _every_pattern(d, alternative), rel_tol=1e-12)
+
+
 def test_sign_flip_monte_carlo_close_to_scipy():
     d = np.random.default_rng(7).normal(0.25, 1.0, 48)  # past SIGN_FLIP_EXACT_MAX: both sides sample
     ours = sign_flip_test(d, n_perm=20_000)

@@ -146,8 +146,10 @@ def test_a_failed_run_stops_the_runner_before_the_next_seed(tmp_path, monkeypatc
     assert len(ran) == 1
 
 
-def _verdict(monkeypatch, look, verdict):
+def _verdict(monkeypatch, tmp_path, look, verdict):
+    "Runs have landed (a results folder) and the pre-registered rule reads them as `verdict` at `look`."
     from sapo_nb import analysis
+    (tmp_path / "data" / "mini").mkdir(parents=True)
     monkeypatch.setattr(analysis, "load_runs", lambda *a, **k: None)
     monkeypatch.setattr(analysis, "plan_verdict", lambda *a, **k: dict(look=look, verdict=verdict, sentence=verdict))
 
@@ -155,7 +157,7 @@ def _verdict(monkeypatch, look, verdict):
 def test_a_crossing_at_the_interim_look_stops_the_plan_even_on_a_restart(tmp_path, monkeypatch):
     "The boundary was crossed by a run that landed before a restart: no further run starts."
     runner, ran = _runner(monkeypatch)
-    _verdict(monkeypatch, "interim", "helps")
+    _verdict(monkeypatch, tmp_path, "interim", "helps")
     assert not _main(runner, tmp_path, "--stop-on-verdict")
     assert ran == []
 
@@ -163,6 +165,13 @@ def test_a_crossing_at_the_interim_look_stops_the_plan_even_on_a_restart(tmp_pat
 def test_a_crossing_at_the_final_look_lets_the_last_seed_finish(tmp_path, monkeypatch):
     "The final look is reached before the seed's last arm runs: the control arm of that seed still runs."
     runner, ran = _runner(monkeypatch)
-    _verdict(monkeypatch, "final", "hurts")
+    _verdict(monkeypatch, tmp_path, "final", "hurts")
     _main(runner, tmp_path, "--stop-on-verdict")
+    assert len(ran) == 1
+
+
+def test_a_plan_with_nothing_landed_starts_under_stop_on_verdict(tmp_path, monkeypatch):
+    "Before the first run lands there is no results folder to read a verdict from: the first run starts all the same."
+    runner, ran = _runner(monkeypatch)
+    assert _main(runner, tmp_path, "--stop-on-verdict") == 1  # the stub run fails
     assert len(ran) == 1

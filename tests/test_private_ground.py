@@ -192,6 +192,27 @@ def test_panel_stop_through_linked_pid_file_and_logs_signals_nothing(tmp_path):
 
 # --- planted folders -------------------------------------------------------------------------------------------------
 
+def test_report_and_export_read_nothing_through_a_link(tmp_path):
+    """The report's readers and the trackers' export, on a run whose `logs/node-1` links to another run's node folder
+    and whose `logs/node-2/metrics.jsonl` links to another run's metrics: only the real `node-0` is read."""
+    from sapo_nb.analysis import find_runs, load_eval_items, load_runs, run_provenance
+    from sapo_nb.trackers import export_run
+    other = other_run(tmp_path)
+    (other / "logs" / "node-0" / "provenance.jsonl").write_text(json.dumps({"commit": "f" * 40}) + "\n")
+    (other / "logs" / "node-0" / "eval_items.jsonl").write_text(json.dumps({"round": 0}) + "\n")
+    run = tmp_path / "root" / "exp"; (run / "logs" / "node-0").mkdir(parents=True); (run / "logs" / "node-2").mkdir()
+    (run / "logs" / "node-0" / "metrics.jsonl").write_text((other / "logs" / "node-0" / "metrics.jsonl").read_text())
+    (run / "logs" / "node-1").symlink_to(other / "logs" / "node-0")
+    (run / "logs" / "node-2" / "metrics.jsonl").symlink_to(other / "logs" / "node-0" / "metrics.jsonl")
+    assert find_runs(tmp_path / "root") == [run]
+    assert set(load_runs(tmp_path / "root").node_id) == {"node-0"}
+    assert len(load_eval_items(tmp_path / "root")) == 0 and run_provenance(run)["commits"] is None
+    assert set(export_run(run, "tensorboard", out=tmp_path / "tb")) == {"node-0"}
+    linked_only = tmp_path / "linked" / "exp"; (linked_only / "logs").mkdir(parents=True)
+    (linked_only / "logs" / "node-0").symlink_to(other / "logs" / "node-0")
+    assert find_runs(tmp_path / "linked") == []  # a run of linked node folders is no run
+
+
 def test_planted_folders_crash_no_reader(tmp_path):
     "Folders where `metrics.jsonl`, `config.json` and `panel_pids.json` should be: status, clean and the panel read on."
     from sapo_nb.swarm import PID_FILE, read_pid_file
