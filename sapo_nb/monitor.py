@@ -149,9 +149,10 @@ def _lease_process(exp, node:str, seen:str) -> str|None:
     for a node with no row yet whose lease is held (it is in its first round); else None, also when the lease cannot
     be read (the rows' word stands)."""
     from sapo_nb.durability import lease_alive, lease_file
+    if seen not in ("-", "alive", "stale"): return None  # done, or junk only: no lease to read
     held = lease_alive(lease_file(exp, node))
     if seen == "-": return "running" if held else None
-    return "exited" if seen in ("alive", "stale") and held is False else None
+    return "exited" if held is False else None
 
 # %% ../nbs/17_monitor.ipynb #4e06c68f
 def swarm_status(root, # the runs folder
