@@ -2,7 +2,8 @@
 
 Runs the real `SwarmNode` code path with an in-memory pool and prints the mean training reward per round,
 the first-10 vs last-10 rounds' means with bootstrap 95% intervals, seconds per round split by phase, and
-generation tokens/s. Writes everything to bench/results/learn_single_node.json.
+generation tokens/s. Writes everything to bench/results/learn_single_node.json, rewritten after every round
+(`complete` false until the last), so a run cut off by a time limit still leaves its rounds so far.
 
     python bench/learn_single_node.py [--rounds 40] [--questions 4] [--G 4] [--lr 1e-5] [--seed 0]
     python bench/learn_single_node.py --adapter lora --rank 4 --lr 1e-4 --out bench/results/learn_single_node_lora.json
@@ -52,24 +53,37 @@ def main(argv=None):
     node = SwarmNode(cfg, log=lambda *_: None)
     load_s = time.perf_counter() - t0
     rows = []
+    from sapo_nb.core import provenance
+    prov = provenance(str(node.policy.device), str(node.policy.model.dtype), str(node.policy.compute_dtype))
+    out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)
+    def summary(complete):
+        "What the rounds so far say, written to `--out` (and returned)."
+        r = [row["reward_train"] for row in rows]
+        k = min(10, len(r) // 2)
+        res = dict(provenance=prov, config=cfg.to_dict(), torch_threads=torch.get_num_threads(), load_seconds=load_s,
+                   complete=complete, rounds_done=len(rows), rewards=r,
+                   frac_zero_std=[row["frac_zero_std"] for row in rows],
+                   held_out=dict(base=rows[0].get("eval_base_pass1") if rows else None,
+                                 final=rows[-1].get("eval_pass1") if complete else None,
+                                 n=rows[-1].get("eval_n") if complete else None))
+        if k:
+            res.update(first=bootstrap_ci(r[:k]), last=bootstrap_ci(r[-k:]), diff=bootstrap_diff(r[:k], r[-k:]), k=k,
+                       seconds_per_phase={ph: statistics.fmean(row["seconds"][ph] for row in rows)
+                                          for ph in ("generate", "reward", "train", "total")},
+                       generate_tokens_per_s=sum(row["tokens_generated"] for row in rows)
+                                             / sum(row["seconds"]["generate"] for row in rows))
+        out.write_text(json.dumps(res, indent=1))
+        return res
     def on_round(row):
         rows.append(row); s = row["seconds"]
         print(f"round {row['round']:3d}  reward {row['reward_train']:.3f}  zero-spread {row['frac_zero_std']:.2f}  "
               f"gen {s['generate']:.1f}s  reward {s['reward']:.2f}s  train {s['train']:.1f}s  total {s['total']:.1f}s", flush=True)
+        if len(rows) < a.rounds: summary(complete=False)
     node.run(on_round=on_round)
-    r = [row["reward_train"] for row in rows]
-    k = min(10, len(r) // 2)
-    first, last, diff = bootstrap_ci(r[:k]), bootstrap_ci(r[-k:]), bootstrap_diff(r[:k], r[-k:])
-    phase = {ph: statistics.fmean(row["seconds"][ph] for row in rows) for ph in ("generate", "reward", "train", "total")}
-    toks = sum(row["tokens_generated"] for row in rows) / sum(row["seconds"]["generate"] for row in rows)
-    from sapo_nb.core import provenance
-    res = dict(provenance=provenance(str(node.policy.device), str(node.policy.model.dtype), str(node.policy.compute_dtype)),
-               config=cfg.to_dict(), torch_threads=torch.get_num_threads(), load_seconds=load_s, rewards=r,
-               first=first, last=last, diff=diff, seconds_per_phase=phase, generate_tokens_per_s=toks,
-               frac_zero_std=[row["frac_zero_std"] for row in rows],
-               held_out=dict(base=rows[0].get("eval_base_pass1"), final=rows[-1].get("eval_pass1"), n=rows[-1].get("eval_n")))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    if len(rows) < 2: print(f"only {len(rows)} round(s) ran: nothing to compare", file=sys.stderr); return 1
+    res = summary(complete=True)
+    k, first, last, diff, phase, toks = (res[x] for x in ("k", "first", "last", "diff", "seconds_per_phase",
+                                                          "generate_tokens_per_s"))
     print(f"\nfirst {k} rounds: mean {first[0]:.3f} (95% CI {first[1]:.3f}-{first[2]:.3f})")
     print(f"last {k} rounds:  mean {last[0]:.3f} (95% CI {last[1]:.3f}-{last[2]:.3f})")
     print(f"difference:      {diff[0]:+.3f} (95% CI {diff[1]:+.3f} to {diff[2]:+.3f})")
