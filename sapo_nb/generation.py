@@ -31,7 +31,7 @@ class Completions:
     truncated: list  # truncated[p][g]: True when it hit max_new_tokens without an EOS
     seconds: float = 0.0  # wall time of the sampling call
     backend: str = ""  # what sampled them: 'loop' or 'generate'
-    ids: list|None = None  # ids[p][g]: the sampled token ids, up to and excluding the first EOS
+    ids: list|None = None  # ids[p][g]: the sampled token ids, up to and including the first EOS (n_tokens)
     logprobs: list|None = None  # logprobs[p][g]: each sampled token's log-prob, EOS included (n_tokens); None: greedy
 
     @property
@@ -114,9 +114,9 @@ def completions_from_ids(tokenizer, new, eos:set, G:int, max_new_tokens:int, sec
     texts, n_tokens, truncated, ids, lps = [], [], [], [], []
     for row, lp in zip(new.tolist(), [None] * len(new) if logprobs is None else logprobs.tolist(), strict=True):
         stop = next((i for i, t in enumerate(row) if t in eos), None)
-        ids.append(row if stop is None else row[:stop])
-        texts.append(tokenizer.decode(ids[-1], skip_special_tokens=True))
-        n_tokens.append(len(row) if stop is None else stop + 1)
+        ids.append(row if stop is None else row[:stop + 1])  # the EOS it stopped on is trained on, whichever it was
+        texts.append(tokenizer.decode(row[:stop], skip_special_tokens=True))
+        n_tokens.append(len(ids[-1]))
         truncated.append(stop is None and len(row) >= max_new_tokens)
         lps.append(None if lp is None else lp[:n_tokens[-1]])
     by_prompt = lambda xs: [xs[p*G:(p+1)*G] for p in range(len(xs) // G)]

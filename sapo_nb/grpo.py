@@ -29,7 +29,7 @@ def encode_batch(
     completions:list,
     ended:list,
     max_completion_tokens:int=256,
-    completion_ids:list|None=None,       # per row: the sampled token ids (no EOS), or None: the text
+    completion_ids:list|None=None,       # per row: the sampled token ids (the EOS included), or None: the text
     completion_logprobs:list|None=None,  # per row: the sampler's log-prob of each trained token, or None
 ) -> dict:
     """Right-padded `input_ids`, `attention_mask` and `completion_mask` for prompt+completion pairs.
@@ -41,9 +41,11 @@ def encode_batch(
     for p, c, e, ids, lp in zip(prompts, completions, ended, completion_ids or none, completion_logprobs or none,
                                 strict=True):
         p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
-        if ids is None: ids = tokenizer(c, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        c_ids = list(ids)[:max_completion_tokens]
-        if e and len(c_ids) < max_completion_tokens: c_ids = c_ids + [tokenizer.eos_token_id]
+        if ids is None:  # a text: encoded, and the EOS appended where it ended
+            c_ids = tokenizer(c, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            c_ids = c_ids[:max_completion_tokens]
+            if e and len(c_ids) < max_completion_tokens: c_ids = c_ids + [tokenizer.eos_token_id]
+        else: c_ids = list(ids)[:max_completion_tokens]  # as sampled, its end token included
         if lp is not None and len(lp) < len(c_ids):
             raise ValueError(f"completion_logprobs: got {len(lp)} log-probs for {len(c_ids)} completion tokens")
         seqs.append(p_ids + c_ids)

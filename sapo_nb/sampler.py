@@ -52,6 +52,7 @@ REBUILD_REASONS = {
     "bad_item": "the item cannot be rebuilt under this node's mix (malformed, out of range, unanswerable)",
     "question_mismatch": "the question the peer sent differs from the one rebuilt from its item",
     "eval_question": "the question is, by text, one of this mix's held-out evaluation questions",
+    "duplicate": "the sender already offered a group of the same question for the same round",
     "score_error": "the local reward function failed on the group's completions",
     "over_budget": ("the round's scoring budget, or the sender's fair share of it, "
                     "ran out before the group was scored"),
@@ -100,6 +101,7 @@ def rescore(candidates: list, # groups from the pool (untrusted)
            ) -> tuple[list, Counter]:
     "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally within `budget`; the rest by reason."
     rejected, kept, budget = Counter(), [], budget if budget is not None else ScoringBudget()
+    asked = set()  # (sender, round, question) of the groups kept: a sender's copies are refused, not counted twice
     # `rng` itself is not advanced
     in_fair_order = lambda gs: fair_order(gs, _order_rng(rng if rng is not None else random.Random(0)))
     def refuse(g, why):
@@ -116,8 +118,11 @@ def rescore(candidates: list, # groups from the pool (untrusted)
             t = time.perf_counter()
             entry, why = rebuild_entry(g, mix)
             budget.charge(g.node_id, time.perf_counter() - t)
+        if not why and (g.node_id, g.round, entry["question"]) in asked: why = "duplicate"  # one group per question
         if why: refuse(g, why)
-        else: kept.append((i, g, entry))
+        else:
+            asked.add((g.node_id, g.round, entry["question"]))
+            kept.append((i, g, entry))
     keep = [(g, entry) for _, g, entry in sorted(kept, key=lambda t: t[0])]  # back in arrival order
     order = in_fair_order([g for g, _ in keep])
     results = [None] * len(keep)
@@ -254,7 +259,7 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
                     mix: str|None=None, # this node's mix, under which every item is rebuilt; required
                     # candidates of earlier rounds only top J up; None: every candidate is fresh
                     fresh_from: int|None=None,
-                    trained: set|None=None, # `group_key`s of groups this node trained on before: never used to top up
+                    trained: set|None=None, # `group_key`s of groups this node trained on before: never picked again
                     scoring_budget: float=SCORING_BUDGET, # seconds this call may spend scoring, shared by senders
                    ) -> tuple[list, dict]:
     """Rebuild and re-score `candidates` locally within the budget, pick up to `J`.
@@ -270,8 +275,9 @@ def select_external(candidates: list, # groups from `Transport.collect` (untrust
     if not isinstance(rng, random.Random): rng = random.Random(0 if rng is None else rng)
     budget = ScoringBudget(scoring_budget)
     is_fresh = lambda g: fresh_from is None or (g.round or 0) >= fresh_from
-    fresh = [g for g in candidates if is_fresh(g)]
-    older = [g for g in candidates if not is_fresh(g) and group_key(g) not in (trained or ())]
+    untrained = lambda g: group_key(g) not in (trained or ())  # with max_staleness > 0 a fresh group can be one
+    fresh = [g for g in candidates if is_fresh(g) and untrained(g)]
+    older = [g for g in candidates if not is_fresh(g) and untrained(g)]
     refused = Counter()
     scored, rejected = rescore(fresh, reward_fn, mix, budget, rng, by_sender=refused)
     picked = _pick(fn, scored, J, rng)

@@ -141,3 +141,29 @@ def test_node_id_with_trailing_newline_is_refused():
     from sapo_nb.config import ConfigError, valid_name
     assert not valid_name("node-1\n") and valid_name("node-1")
     with pytest.raises(ConfigError, match="node_id"): SAPOConfig(node_id="node-1\n")
+
+
+def test_one_question_sent_many_times_is_trained_on_once():
+    """A peer that publishes one question's group at several positions of its rollout (so each copy has its own
+    `group_key`) gets one of them scored and picked, however large J: the others are refused as `duplicate`."""
+    q = TaskStream("quick", 0, "mallory").next(1)[0]
+    copies = [honest_group(q, [q["answer"], "0"]) for _ in range(4)]
+    picked, info = select_external(published({}, "mallory", copies), 4, "paper", exact, mix="quick")
+    assert len(picked) == 1 and info["rejected"] == {"duplicate": 3}
+    (account,) = info["peers"].values()  # the sender's account (its id carries its key's fingerprint)
+    assert account["refused"] == {"duplicate": 3} and account["taken"] == 1
+
+
+def test_a_group_trained_on_is_not_picked_again_while_it_is_current():
+    """With `max_staleness` 1 the last round's groups count as current: one the node trained on then is not picked a
+    second time (the same tokens, trained on twice, would weigh double)."""
+    from sapo_nb.sampler import group_key
+    qs = TaskStream("quick", 0, "mallory").next(2)
+    store = {}
+    MemoryTransport(store).publish(0, "mallory", [honest_group(q, [q["answer"], "0"]) for q in qs])
+    cands = MemoryTransport(store).collect_recent(1, exclude="victim", max_staleness=1)
+    first, _ = select_external(cands, 1, "paper", exact, mix="quick", fresh_from=0)
+    again, info = select_external(cands, 1, "paper", exact, mix="quick", fresh_from=0,
+                                  trained={group_key(g) for g in first})
+    assert len(first) == 1 and len(again) == 1 and group_key(again[0]) != group_key(first[0])
+    assert info["available"] == 1
