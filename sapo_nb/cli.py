@@ -146,8 +146,8 @@ def add_swarm_command(sub) -> argparse.ArgumentParser:
                    help="CPU threads of each node process (process mode; default: cores // nodes) "
                         "or of the one process (inline; default: torch's)")
     s.add_argument("--keep-checkpoints", action="store_true",
-                   help="keep the checkpoints of a finished run (to extend it later, or keep the weights); "
-                        "a run stopped part-way always keeps them")
+                   help="keep every checkpoint of a finished run (by default each node keeps its newest: its trained "
+                        "weights, and all a larger --rounds goes on from); a run stopped part-way keeps them all")
     return s
 
 # %% ../nbs/22_cli.ipynb #d8a084e1
@@ -218,16 +218,15 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
         "held-out accuracy before and after training):\n" + format_summary(summary))
     used = disk_usage(exp)
     finished = {s["node"] for s in status if s["state"] == "done"} >= set(nodes)
+    clean = f"sapo clean --root {shlex.quote(str(cfg.root))} --experiment {cfg.experiment}"
     if finished and not keep_checkpoints:
-        freed = sum(remove_checkpoints(cfg.root, cfg.experiment, log=out).values())
-        out(f"\ndisk: {format_bytes(used)} under {exp} at the end of the run; "
-            f"checkpoints removed ({format_bytes(freed)}), "
-            f"{format_bytes(disk_usage(exp))} left\n      a finished run needs no checkpoint to resume; "
-            "--keep-checkpoints keeps them (to extend the run, or keep the trained weights)")
-    elif finished:
-        out(f"\ndisk: {format_bytes(used)} under {exp}, checkpoints kept "
-            f"(sapo clean --root {shlex.quote(str(cfg.root))} "
-            f"--experiment {cfg.experiment} removes them)")
+        freed = sum(remove_checkpoints(cfg.root, cfg.experiment, log=out, keep_newest=True).values())
+        removed = (f"; older checkpoints removed ({format_bytes(freed)}), {format_bytes(disk_usage(exp))} left"
+                   if freed else "")
+        out(f"\ndisk: {format_bytes(used)} under {exp} at the end of the run{removed}\n      each node's newest "
+            f"checkpoint is kept: its trained weights (sapo save-model writes them out), and what a larger --rounds "
+            f"goes on from; {clean} removes them")
+    elif finished: out(f"\ndisk: {format_bytes(used)} under {exp}, checkpoints kept ({clean} removes them)")
     else:
         out(f"\ndisk: {format_bytes(used)} under {exp}; checkpoints kept: the run stopped before its last round, "
             "and the same command resumes it" + (" once what stopped it is mended" if failed else ""))

@@ -446,7 +446,7 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
     self.round, pol = self._restore(join_current), self.policy
     if self.round >= self.cfg.rounds:  # a finished run run again: nothing to do, nothing written
         self.log(f"{self.cfg.node_id}: finished: its {self.round} rounds are in {metrics_path(self.cfg)}; "
-                 f"nothing to do (a larger --rounds extends a run whose checkpoints were kept: --keep-checkpoints)")
+                 f"nothing to do (a larger --rounds goes on from its newest checkpoint)")
         return self.round
     self.cfg.to_json(metrics_path(self.cfg).parent / "config.json")  # what `sapo save-model` and the readers go by
     append_jsonl(provenance_path(self.cfg), dict(round=self.round, time=time.time(), node_id=self.cfg.node_id,
@@ -608,7 +608,7 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
         use=lambda ck: got.update(weights=safetensors_load(checkpoint_bytes(ck, "model.safetensors"))))
     if ck is None:
         raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished run keeps its "
-                              "checkpoints only when run with --keep-checkpoints")
+                              "newest checkpoint at the end unless `sapo clean` removed it")
     if cfg.adapter == "none":
         policy = node_policy(cfg.replace(device="cpu"))
         policy.load_state_dict(got["weights"])

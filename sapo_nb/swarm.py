@@ -14,7 +14,7 @@ from .core import (counted, plural, experiment_dir, metrics_path, node_log_path,
                           path_kind, list_dir, remove, safe_text, trust_root)
 from .node import sample_together
 from .trackers import progress_line
-from .durability import NodeLease, NodeRunning
+from .durability import NodeLease, NodeRunning, CheckpointError, intact_checkpoint
 
 # %% auto #0
 __all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_cards', 'check_startable',
@@ -435,10 +435,19 @@ def format_bytes(n:int) -> str:
         if n >= size: return f"{n / size:.{2 if unit == 'GB' else 1}f} {unit}"
     return f"{n} B"
 
+# %% ../nbs/16_swarm.ipynb #27980554
+def _remove_all_but_newest(folder, log=print):
+    "Remove everything in a node's checkpoint `folder` but its newest intact checkpoint (`CheckpointError`: none is)."
+    newest, _ = intact_checkpoint(folder, log=log)
+    for name in list_dir(folder):
+        if newest is None or name != newest.name: remove(Path(folder) / name)
+
 # %% ../nbs/16_swarm.ipynb #9c66eb75
-def remove_checkpoints(root, experiment:str, log=print) -> dict:
-    """Remove the checkpoints of each node of `<root>/<experiment>` that no process runs; {node: bytes freed}.
-    Metrics stay."""
+def remove_checkpoints(root, experiment:str, log=print,
+                       keep_newest:bool=False, # keep each node's newest intact checkpoint (its trained weights)
+                      ) -> dict:
+    """Remove the checkpoints of each node of `<root>/<experiment>` that no process runs (all of them, or all but the
+    newest intact one); {node: bytes freed}. Metrics stay."""
     ck, freed = trust_root(root) / experiment / "checkpoints", {}
     try: entries = list_dir(ck)  # walked from the root: a linked experiment or checkpoints folder is refused
     except OSError as e:
@@ -454,9 +463,10 @@ def remove_checkpoints(root, experiment:str, log=print) -> dict:
             continue
         try:
             size = disk_usage(ck / name)
-            remove(ck / name)
-            freed[name] = size
-        except OSError as e: log(f"{name}: checkpoints not removed: {e}")
+            if keep_newest: _remove_all_but_newest(ck / name, lambda line: log(f"{name}: {line}"))
+            else: remove(ck / name)
+            freed[name] = size - (disk_usage(ck / name) if keep_newest else 0)
+        except (OSError, CheckpointError) as e: log(f"{name}: checkpoints not removed: {e}")
         finally: lease.release()
     with suppress(OSError):
         if entries and not list_dir(ck): remove(ck)

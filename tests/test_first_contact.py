@@ -110,15 +110,19 @@ def test_save_that_does_not_verify_keeps_the_older(tmp_path, monkeypatch):
     assert sorted(p.name for p in checkpoint_dir(cfg).glob("round_*")) == ["round_1"]
 
 
-def test_finished_swarm_removes_its_checkpoints(tmp_path):
-    "`sapo swarm` that finishes leaves its metrics and no checkpoints, and prints the disk it used and freed."
+def test_finished_swarm_keeps_only_each_nodes_newest_checkpoint(tmp_path):
+    """`sapo swarm` that finishes keeps each node's newest checkpoint (its trained weights, which save-model writes
+    out) and removes the older ones, and prints the disk it used and freed."""
     code, out, err = sapo(*TINY_SWARM, "--root", str(tmp_path))
     assert code == 0, err
     exp = tmp_path / "sapo"
-    assert not (exp / "checkpoints").exists()
+    ck = exp / "checkpoints"
+    assert sorted(str(p.relative_to(ck)) for p in ck.glob("*/*")) == ["node-0/round_2", "node-1/round_2"]
     assert [len(read_jsonl(exp / "logs" / n / "metrics.jsonl")) for n in ("node-0", "node-1")] == [3, 3]
-    assert re.search(rf"disk: [\d.]+ [kMG]?B under {re.escape(str(exp))} at the end of the run; checkpoints removed \([\d.]+ [kM]B\)", out), out
-    assert "--keep-checkpoints keeps them" in out
+    assert re.search(rf"disk: [\d.]+ [kMG]?B under {re.escape(str(exp))} at the end of the run; older checkpoints removed \([\d.]+ [kM]B\)", out), out
+    assert "each node's newest checkpoint is kept" in out
+    code, out, err = sapo("save-model", str(exp), "--node", "node-0", "--to", str(tmp_path / "mine"))
+    assert code == 0 and (tmp_path / "mine" / "config.json").exists(), err
 
 
 def test_keep_checkpoints_flag(tmp_path):
