@@ -10,14 +10,15 @@ from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'JSONL_MAX_BYTES', 'JSONL_MAX_ROWS', 'JSONL_MAX_LINE', 'RUN_CONFIG_MAX_BYTES',
-           'NODE_CONFIG_MAX_BYTES', 'NODE_FOLDERS_MAX', 'COUNT_MAX', 'PEERS_PER_ROW', 'REASONS_MAX', 'PHASES',
-           'METRIC_FIELDS', 'PROVENANCE_PACKAGES', 'NUMERIC_CPU_FEATURES', 'Group', 'UnsafePath', 'trust_root',
-           'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append', 'path_kind', 'list_dir',
-           'remove', 'rename', 'safe_text', 'printable_text', 'plural', 'counted', 'atomic_write', 'read_json_file',
-           'read_jsonl', 'append_jsonl', 'read_run_config', 'node_dirs', 'node_files', 'read_node_configs',
-           'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path',
-           'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
+__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'NO_HARD_LINKS', 'JSONL_MAX_BYTES', 'JSONL_MAX_ROWS', 'JSONL_MAX_LINE',
+           'RUN_CONFIG_MAX_BYTES', 'NODE_CONFIG_MAX_BYTES', 'NODE_FOLDERS_MAX', 'COUNT_MAX', 'PEERS_PER_ROW',
+           'REASONS_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES', 'NUMERIC_CPU_FEATURES', 'Group',
+           'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append',
+           'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'printable_text', 'plural', 'counted',
+           'atomic_write', 'create_once', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config',
+           'node_dirs', 'node_files', 'read_node_configs', 'experiment_dir', 'metrics_path', 'checkpoint_dir',
+           'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite', 'is_count', 'RoundMetrics',
+           'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -244,6 +245,30 @@ def atomic_write(path, data):
             with suppress(OSError): os.unlink(tmp, dir_fd=d)
             raise
     return out
+
+# %% ../nbs/00_core.ipynb #d61c81f1
+# what link() says on a file system without hard links
+NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS)
+
+def create_once(tmp, name, data:bytes,
+                mode:int=0o644,
+                dir_fd:int|None=None, # `tmp` and `name` are in this folder (None: they are paths)
+               ) -> bool:
+    """Make `name` a file holding `data`, which the finished temporary file `tmp` holds, unless `name` exists (False):
+    a hard link, or an exclusive create where the file system has no hard links. Never through a link."""
+    try:
+        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileExistsError: return False
+    except OSError as e:
+        if e.errno not in NO_HARD_LINKS: raise
+    try: fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except FileExistsError: return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
 
 # %% ../nbs/00_core.ipynb #f71542fa
 JSONL_MAX_BYTES = 1 << 28  # 256 MB: far beyond any real metrics file (2,000 rounds of 8 nodes is about 30 MB)

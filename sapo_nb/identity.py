@@ -8,6 +8,7 @@ import errno, hashlib, json, logging, os, re, stat, tempfile
 from functools import lru_cache
 from pathlib import Path
 from .config import valid_name
+from .core import create_once
 
 # %% auto #0
 __all__ = ['logger', 'FINGERPRINT_CHARS', 'MAX_WIRE_ID_CHARS', 'IdentityError', 'key_dir', 'load_key', 'canonical_json',
@@ -56,16 +57,7 @@ def _write_new_key(path: Path, pem: bytes):
         os.fsync(fd)
         os.close(fd)
         fd = None
-        try: os.link(tmp, path)
-        except FileExistsError: return
-        except OSError as e:  # no hard links on this file system: exclusive create instead
-            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV): raise
-            try: fd2 = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            except FileExistsError: return
-            try:
-                os.write(fd2, pem)
-                os.fsync(fd2)
-            finally: os.close(fd2)
+        create_once(tmp, path, pem, 0o600)  # a key there already is kept
     finally:
         if fd is not None: os.close(fd)
         os.unlink(tmp)

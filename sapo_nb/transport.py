@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 from fastcore.basics import patch
 from .config import SAPOConfig, config_slice, valid_name
-from .core import Group, WIRE_FIELDS, ITEM_FIELDS, safe_text
+from .core import Group, WIRE_FIELDS, ITEM_FIELDS, safe_text, create_once
 from . import identity
 from .identity import (IdentityError, canonical_json, check_signature, check_wire_id, load_key, public_key_hex,
                               sign_rollout, valid_wire_id, wire_id, MAX_WIRE_ID_CHARS)
@@ -637,9 +637,7 @@ def _write_own(dir_fd: int, name: str, payload: bytes, owner: str, replace: bool
             f.flush()
             os.fsync(f.fileno())
         if replace: os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        else:
-            try: os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except FileExistsError: return False
+        else: return create_once(tmp, name, payload, 0o644, dir_fd)
         return True
     except OSError as e:
         if e.errno in _BLOCKING: raise BlockedPath(e.errno, f"cannot write {name}: {e.strerror}") from None
@@ -780,8 +778,11 @@ def _swarm_id(self: FolderTransport) -> str:
     try:
         try: _write_own(efd, SWARM_FILE, f"{secrets.token_hex(16)}\n".encode(), "swarm", replace=False)
         except BlockedPath: pass  # something else is there: reading it says what
-        try: text = read_regular(SWARM_FILE, efd, 256).decode("ascii", "replace").strip()
-        except (Rejected, OSError) as e: text = f"<{getattr(e, 'reason', None) or e.strerror}>"
+        for _ in range(50):  # without hard links another node's id can be part-written for a moment: read it again
+            try: text = read_regular(SWARM_FILE, efd, 256).decode("ascii", "replace").strip()
+            except (Rejected, OSError) as e: text = f"<{getattr(e, 'reason', None) or e.strerror}>"
+            if not re.fullmatch(r"[0-9a-f]{0,31}", text): break
+            time.sleep(0.02)
     finally: os.close(efd)
     if not SWARM_RE.fullmatch(text):
         raise ValueError(f"{self.exp_dir / SWARM_FILE} should hold this pool's swarm id (32 hex characters), not "

@@ -1,7 +1,7 @@
 """A new user's first run: what it leaves on disk, how its processes share the cores, and what it says at the end.
 
-Each test names one thing a first-time user relies on: a finished `sapo swarm` does not leave gigabytes of
-checkpoints behind, a stopped one still resumes, `sapo clean` frees what a run holds, process mode does not
+Each test names one thing a first-time user relies on: a finished `sapo swarm` keeps each node's trained weights and
+no more, a pool on Google Drive's mount (no hard links) opens, a stopped one still resumes, `sapo clean` frees what a run holds, process mode does not
 oversubscribe the cores, `sapo status` calls a finished node `done`, the platform limits are said in words, and the
 README's test command is the one CI runs. Every test runs the tiny random model in seconds.
 """
@@ -261,3 +261,21 @@ def test_readme_test_command_installs_what_ci_installs():
     readme = (REPO / "README.md").read_text()
     assert " && ".join(installs + ["bash scripts/test.sh"]) in readme, installs
     assert "Soft Adaptive Policy Optimization" in readme and all(p in readme for p in ("Linux", "macOS", "WSL"))
+
+
+def test_a_pool_on_a_file_system_without_hard_links_works(tmp_path, monkeypatch):
+    """Google Drive's mount in Colab has no hard links (link() says EPERM): a node still gets its key, the pool its
+    swarm id, and two nodes exchange rollouts."""
+    import errno
+    from sapo_nb.core import Group
+    from sapo_nb.transport import FolderTransport
+    def no_links(*a, **k): raise OSError(errno.EPERM, "Operation not permitted")
+    monkeypatch.setattr(os, "link", no_links)
+    monkeypatch.setenv("SAPO_KEY_DIR", str(tmp_path / "keys"))  # a fresh folder: the keys are created here
+    a, b = (FolderTransport(tmp_path / "drive", "exp") for _ in range(2))
+    assert a.swarm == b.swarm and len(a.swarm) == 32
+    g = Group(task="basic_arithmetic", item=dict(component=0, seed=1, index=0), question="q",
+              completions=["1", "2"], truncated=[False, False])
+    a.publish(0, "node-0", [g])
+    assert [x.completions for x in b.collect(0, exclude="node-1")] == [["1", "2"]]
+    assert any(p.name.startswith("node-0") for p in (tmp_path / "keys").iterdir())  # its key, created once
