@@ -14,7 +14,8 @@ from .core import (counted, plural, experiment_dir, metrics_path, node_log_path,
                           path_kind, list_dir, remove, safe_text, trust_root)
 from .node import sample_together
 from .trackers import progress_line
-from .durability import NodeLease, NodeRunning, CheckpointError, intact_checkpoint
+from .durability import (NodeLease, NodeRunning, CheckpointError, intact_checkpoint, lease_alive, lease_file,
+                                LEASE_STALE)
 
 # %% auto #0
 __all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_cards', 'check_startable',
@@ -337,7 +338,8 @@ def node_processes(exp, info:dict|None=None) -> dict:
 def process_states(exp, info:dict|None=None) -> dict:
     "{node: 'running' | 'exited' | 'remote'} for the nodes in `exp`'s pid file (or in `info`, read from it already)."
     info = read_pid_file(exp) if info is None else info
-    if info and info["host"] != socket.gethostname(): return {n: "remote" for n in info["nodes"]}
+    if info and info["host"] != socket.gethostname():  # another machine's: it runs there while its lease is fresh
+        return {n: "exited" if lease_alive(lease_file(exp, n)) is False else "remote" for n in info["nodes"]}
     return {n: "running" if p.poll() is None else "exited" for n, p in node_processes(exp, info).items()}
 
 # %% ../nbs/16_swarm.ipynb #e71bcae0
@@ -406,11 +408,15 @@ def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
     """Start the nodes of `cfgs` as background processes (`ProcessSwarm`),
     unless nodes recorded in their folder still run."""
     exp = experiment_dir(cfgs[0])
-    running = [n for n, s in process_states(exp).items() if s != "exited"]
+    states = process_states(exp)
+    running = [n for n, s in states.items() if s != "exited"]
     if running:
+        remote = ("; they run on another machine, by their leases, which go stale "
+                  f"{LEASE_STALE / 60:.0f} minutes after it stops (a Colab runtime that was reset is such a machine: "
+                  "launch again then)" if "remote" in states.values() else "")
         raise ConfigError(f"experiment {cfgs[0].experiment}: {plural('node', len(running))} {', '.join(running)} "
                           f"still run{'s' if len(running) == 1 else ''} in {exp}; "
-                          "stop them or pick another experiment name")
+                          f"stop them or pick another experiment name{remote}")
     return ProcessSwarm(cfgs, threads).start()
 
 # %% ../nbs/16_swarm.ipynb #fcd84772
