@@ -68,7 +68,7 @@ def _folder_args(parser):
 # %% ../nbs/22_cli.ipynb #c1bca3a9
 def _run_config(args:argparse.Namespace) -> SAPOConfig:
     "The config a model-running command asks for: its flags over the bare command's preset."
-    if args.config is None and args.preset is None: args.preset = args.default_preset
+    if args.preset is None: args.preset = args.default_preset
     return config_from_args(args)
 
 # %% ../nbs/22_cli.ipynb #3c29f518

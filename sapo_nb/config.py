@@ -382,6 +382,8 @@ FORK_ENV = dict(NUM_TRAIN_SAMPLES="local_questions", NUM_TRANSPLANT_TREES="exter
                 NODE_ID="node_id", EXPERIMENT_NAME="experiment", GDRIVE_PATH="root")
 
 # %% ../nbs/03_config.ipynb #ddcc78e0
+_KIND_WORDS = {int: "a whole number", float: "a number", bool: "true or false (1/0, yes/no, on/off)"}
+
 def parse_field(var, name, kind, text):
     """Parse a field's value from text by the field's type.
     The text is an environment variable or a command-line flag, named `var` in errors."""
@@ -392,7 +394,9 @@ def parse_field(var, name, kind, text):
             raise ValueError(text)
         if kind is tuple: return tuple(s.strip() for s in text.split(",") if s.strip())
         return kind(text)
-    except ValueError: _fail(name, text, f"a {kind.__name__} (from environment variable {var})")
+    except ValueError:
+        where = f"flag {var}" if var.startswith("-") else f"environment variable {var}"
+        _fail(name, text, f"{_KIND_WORDS.get(kind, 'a ' + kind.__name__)} (from {where})")
 
 # %% ../nbs/03_config.ipynb #97843b47
 def env_overrides(environ=None) -> dict:

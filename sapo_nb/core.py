@@ -96,6 +96,9 @@ def anchor(path) -> tuple:
     return base, tuple(n for n in os.path.relpath(p, base).split(os.sep) if n not in ("", "."))
 
 # %% ../nbs/00_core.ipynb #ca8d7ead
+if not hasattr(os, "O_DIRECTORY"):  # Windows: no folder descriptors, on which every file rule below rests
+    raise ImportError("sapo_nb runs on Linux and macOS, and on Windows under WSL (wsl --install), not on Windows "
+                      "itself: its file safety rests on POSIX folder descriptors")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _LINKED = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)  # what O_NOFOLLOW | O_DIRECTORY gives on a link or a file
 

@@ -8,7 +8,8 @@ import json, math, os, shutil, signal, socket, stat, subprocess, sys, time
 from contextlib import suppress
 from pathlib import Path
 from fastcore.basics import patch
-from .config import SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name
+from .config import (SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name, PRESETS,
+                            COMMAND_PRESET)
 from .core import (counted, plural, experiment_dir, metrics_path, node_log_path, read_jsonl, atomic_write,
                           open_regular, read_json_file, valid_metrics_row, is_finite, UnsafePath, open_append, open_dir,
                           path_kind, list_dir, remove, safe_text, trust_root)
@@ -50,7 +51,12 @@ def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=()) -> list:
     ids = [f"node-{i}" for i in range(nodes)]
     unknown = sorted(set(per) - set(ids))
     if unknown: raise ConfigError(f"override for {unknown}: no such node; nodes are {', '.join(ids)}")
-    return [cfg.replace(node_id=i, **per.get(i, {})) for i in ids]
+    rates = PRESETS[COMMAND_PRESET]["learning_rate"]  # {adapter: rate}
+    def follows_adapter(kv):  # the preset's rate for the run's adapter: it follows an override's adapter
+        if "adapter" in kv and "learning_rate" not in kv and cfg.learning_rate == rates.get(cfg.adapter):
+            return {**kv, "learning_rate": rates.get(kv["adapter"], cfg.learning_rate)}
+        return kv
+    return [cfg.replace(node_id=i, **follows_adapter(per.get(i, {}))) for i in ids]
 
 # %% ../nbs/16_swarm.ipynb #81f24819
 def pool_shortfall(cfgs:list) -> str|None:

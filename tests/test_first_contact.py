@@ -279,3 +279,11 @@ def test_a_pool_on_a_file_system_without_hard_links_works(tmp_path, monkeypatch)
     a.publish(0, "node-0", [g])
     assert [x.completions for x in b.collect(0, exclude="node-1")] == [["1", "2"]]
     assert any(p.name.startswith("node-0") for p in (tmp_path / "keys").iterdir())  # its key, created once
+
+
+def test_windows_itself_is_refused_at_import_with_a_pointer_to_wsl():
+    "Where the OS has no folder descriptors (Windows), importing the library says to use WSL, not an AttributeError."
+    import subprocess, sys
+    code = "import os; del os.O_DIRECTORY; import sapo_nb.cli"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode != 0 and "ImportError: sapo_nb runs on Linux and macOS, and on Windows under WSL" in r.stderr, r.stderr
