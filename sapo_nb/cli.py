@@ -6,10 +6,11 @@
 from __future__ import annotations
 import argparse, os, sys, time
 from dataclasses import fields
+from pathlib import Path
 from typing import Callable, NamedTuple
 from .core import counted, plural
 from .config import (SAPOConfig, ConfigError, CHOICES, COMMAND_PRESET, PRESETS, field_docs, load_config,
-                            field_kind, printable_name)
+                            field_kind, printable_name, check_drive_mounted)
 
 # %% auto #0
 __all__ = ['SHORT_FLAGS', 'COMMANDS', 'add_config_args', 'config_from_args', 'demo', 'add_demo_command', 'run_demo',
@@ -61,6 +62,8 @@ def _positive(text:str) -> int:
 
 # %% ../nbs/22_cli.ipynb #79810f04
 def _folder_args(parser):
+    parser.add_argument("run", nargs="?", default=None,
+                        help="a run folder, <root>/<experiment> (instead of --root and --experiment)")
     parser.add_argument("--root", default=None, help="run folder (default: SAPO_ROOT or sapo_runs)")
     parser.add_argument("--experiment", default=None, help="experiment name (default: SAPO_EXPERIMENT or sapo)")
     return parser
@@ -69,12 +72,19 @@ def _folder_args(parser):
 def _run_config(args:argparse.Namespace) -> SAPOConfig:
     "The config a model-running command asks for: its flags over the bare command's preset."
     if args.preset is None: args.preset = args.default_preset
-    return config_from_args(args)
+    cfg = config_from_args(args)
+    check_drive_mounted(cfg.root, cfg.pool_root)  # a Colab folder on Drive before Drive is mounted
+    return cfg
 
 # %% ../nbs/22_cli.ipynb #3c29f518
 def _folder_config(args:argparse.Namespace) -> SAPOConfig:
-    "The config of a command that reads a run folder: `--root` and `--experiment`, if given, over the environment."
+    """The config of a command that reads a run folder: the folder `run`, or `--root` and `--experiment`, if given,
+    over the environment."""
     given = {k: getattr(args, k) for k in ("root", "experiment") if getattr(args, k) is not None}
+    if getattr(args, "run", None) is not None:
+        if given: raise ConfigError("give the run folder, or --root and --experiment, not both")
+        run = Path(args.run)
+        given = dict(root=str(run.parent), experiment=run.name)
     return load_config(**given)
 
 # %% ../nbs/22_cli.ipynb #175fa51b
@@ -275,11 +285,12 @@ def add_status_command(sub) -> argparse.ArgumentParser:
 def run_status(args) -> int:
     "`sapo status`: print the nodes of the run folder and their peers; 0."
     from sapo_nb.monitor import swarm_status, format_status, format_peers
-    from sapo_nb.core import trust_root
+    from sapo_nb.core import trust_root, experiment_dir
     cfg = _folder_config(args)
     trust_root(cfg.root)  # read from the root down, never through a link planted below it
     status = swarm_status(cfg.root, cfg.experiment)
-    print(format_status(status))
+    print(format_status(status) if status else
+          f"no node has started in {experiment_dir(cfg)} yet (sapo status <root>/<experiment> reads another)")
     if peers := format_peers(status): print("\n" + peers)
     return 0
 

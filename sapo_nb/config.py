@@ -11,9 +11,10 @@ from fastcore.basics import patch
 from .core import atomic_write, open_regular, printable_text, safe_text
 
 # %% auto #0
-__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'COMMAND_PRESET', 'valid_name',
-           'valid_device', 'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'config_slice', 'parse_field',
-           'env_overrides', 'resolve_learning_rate', 'load_config', 'preset', 'field_docs']
+__all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'COMMAND_PRESET', 'DRIVE_MOUNT',
+           'valid_name', 'valid_device', 'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'config_slice',
+           'parse_field', 'env_overrides', 'resolve_learning_rate', 'load_config', 'preset', 'check_drive_mounted',
+           'field_docs']
 
 # %% ../nbs/03_config.ipynb #48066c83
 CHOICES = dict(
@@ -451,6 +452,16 @@ def _preset_values(name):
 def preset(name:str, **overrides) -> SAPOConfig:
     "The config of preset `name`, with `overrides` on top."
     return SAPOConfig.from_dict(resolve_learning_rate(_preset_values(name), overrides), **overrides)
+
+# %% ../nbs/03_config.ipynb #ad8f7145
+DRIVE_MOUNT = Path("/content/drive")  # where Colab mounts Google Drive
+
+def check_drive_mounted(*folders):
+    "`ConfigError` when one of `folders` lies under Colab's Drive mount point while Drive is not mounted there."
+    for folder in folders:
+        if folder and DRIVE_MOUNT in Path(folder).parents and not (DRIVE_MOUNT / "MyDrive").is_dir():
+            raise ConfigError(f"{folder}: Google Drive is not mounted: run `from google.colab import drive; "
+                              "drive.mount('/content/drive')` first (the run would go to the runtime's own disk)")
 
 # %% ../nbs/03_config.ipynb #015b342c
 def field_docs() -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html, json, os, re, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
-from .config import ConfigError, CHOICES, COMMAND_PRESET, field_docs, preset
+from .config import ConfigError, CHOICES, COMMAND_PRESET, field_docs, preset, check_drive_mounted
 from .core import counted, experiment_dir, read_json_file, trust_root
 from .trackers import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
@@ -107,10 +107,8 @@ def config_from_form(values:dict, base:str=COMMAND_PRESET) -> tuple:
     nodes = values.get("nodes", 1)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         errors["nodes"] = f"nodes: got {nodes!r}; allowed: a whole number >= 1"
-    root = str(values.get("root", ""))
-    if root.startswith("/content/drive/") and not os.path.isdir("/content/drive/MyDrive"):
-        errors.setdefault("root", "Google Drive is not mounted: run "
-                                  "`from google.colab import drive; drive.mount('/content/drive')`")
+    try: check_drive_mounted(str(values.get("root", "")))
+    except ConfigError as e: errors.setdefault("root", str(e))
     if errors: return None, errors
     try: return node_configs(preset(base, **fields_, **extra), nodes), {}
     except ConfigError as e: return None, {_form_key(e): str(e)}
