@@ -258,7 +258,8 @@ class ProcessSwarm:
     def alive(self) -> list: return [i for i, p in self.procs.items() if p.poll() is None]
 
     def wait(self, log=print, poll:float=1.0) -> dict:
-        "Follow the nodes until all exit, printing each new round; {node_id: exit code}."
+        """Follow the nodes until all exit, printing each new round; {node_id: exit code}. Interrupted, it stops them
+        and raises `KeyboardInterrupt` (`sapo swarm` then says what was kept and how to go on)."""
         seen = {c.node_id: 0 for c in self.cfgs}
         try:
             while True:
@@ -269,9 +270,10 @@ class ProcessSwarm:
                     seen[c.node_id] = len(rows)
                 if not self.alive(): break
                 time.sleep(poll)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, or an interrupted notebook cell: the nodes stop, and the caller hears it
             log("stopping the swarm...")
             self.stop()
+            raise
         return {i: p.returncode for i, p in self.procs.items()}
 
 # %% ../nbs/16_swarm.ipynb #cf56d5bc
