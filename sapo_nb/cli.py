@@ -357,7 +357,8 @@ def add_save_model_command(sub) -> argparse.ArgumentParser:
     sm = sub.add_parser("save-model",
                         help="write a node's trained model (its newest checkpoint) as a transformers folder")
     add_node_of_run(sm, "the node whose model to write")
-    sm.add_argument("--to", required=True, help="the folder to write; it must not exist")
+    sm.add_argument("--to", required=True, help="the folder to write; it must not exist (with --push-to-hub, one "
+                                                "written before, whose upload failed, is uploaded as it is)")
     sm.add_argument("--as", dest="form", choices=["merged", "adapter", "gguf"], default="merged",
                     help="a whole transformers model (default), a LoRA node's adapter alone, "
                          "or GGUF (needs llama.cpp's converter)")
@@ -383,7 +384,11 @@ def _save_model(run, node:str, dest, form:str="merged", hub:str|None=None, publi
         print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr)
         return 2
     try:
-        out = save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest, form)
+        try: out = save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest, form)
+        except FileExistsError:
+            if not hub: raise
+            out = Path(dest)  # written before, by an earlier try whose upload failed: uploaded as it is
+            print(f"{dest} is there already: uploading it as it is")
         if hub:
             from sapo_nb.models import push_to_hub
             print(f"uploaded to {push_to_hub(out, hub, private=not public)}")
