@@ -120,7 +120,7 @@ def add_demo_command(sub) -> argparse.ArgumentParser:
     "`sapo demo`: the config flags (laptop preset) and `--questions`."
     d = add_config_args(sub.add_parser("demo", help="answer a few questions with the model, with rewards"),
                         preset=COMMAND_PRESET)
-    d.add_argument("--questions", type=int, default=4, help="questions to answer")
+    d.add_argument("--questions", type=_positive, default=4, help="questions to answer (default: %(default)s)")
     return d
 
 # %% ../nbs/22_cli.ipynb #508e2d6f
