@@ -185,7 +185,9 @@ def run_swarm(args) -> int:
     from sapo_nb.models import precision_note, resolve_device
     from sapo_nb.core import node_log_path
     cfg = _run_config(args)
-    cfgs = node_configs(cfg, args.nodes, args.override)
+    rates = PRESETS.get(args.preset, {}).get("learning_rate")  # per adapter, where the preset has one
+    rates = rates if isinstance(rates, dict) and not _given("learning_rate", args) else None
+    cfgs = node_configs(cfg, args.nodes, args.override, rates)
     if args.mode == "process" and args.nodes > 1 and not _given("wait_policy", args):
         cfgs = waiting_for_peers(cfgs)
         print(f"process mode: each node waits up to {cfg.wait_seconds:.0f} s a round for the other nodes' rollouts "
@@ -211,6 +213,13 @@ def run_swarm(args) -> int:
     return 1 if failed else 0
 
 # %% ../nbs/22_cli.ipynb #ef7ca844
+def _has_checkpoint(cfg) -> bool:
+    "Whether node `cfg.node_id` has a checkpoint on disk."
+    from sapo_nb.core import checkpoint_dir
+    from sapo_nb.durability import checkpoint_rounds
+    try: return bool(checkpoint_rounds(checkpoint_dir(cfg)))
+    except OSError: return False  # no folder (or a link where it should be)
+
 def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
             failed:dict|None=None, # node id -> why it stopped
            ):
@@ -233,9 +242,12 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
         freed = sum(remove_checkpoints(cfg.root, cfg.experiment, log=out, keep_newest=True).values())
         removed = (f"; older checkpoints removed ({format_bytes(freed)}), {format_bytes(disk_usage(exp))} left"
                    if freed else "")
+        bare = [n for n in nodes if not _has_checkpoint(cfg.replace(node_id=n))]
         out(f"\ndisk: {format_bytes(used)} under {exp} at the end of the run{removed}\n      each node's newest "
             f"checkpoint is kept: its trained weights (sapo save-model writes them out), and what a larger --rounds "
-            f"goes on from; {clean} removes them")
+            f"goes on from; {clean} removes them"
+            + (f"\n      no checkpoint of {', '.join(bare)} (checkpoint_every 0, or none intact): nothing to save of "
+               f"{'it' if len(bare) == 1 else 'them'}" if bare else ""))
     elif finished: out(f"\ndisk: {format_bytes(used)} under {exp}, checkpoints kept ({clean} removes them)")
     else:
         out(f"\ndisk: {format_bytes(used)} under {exp}; checkpoints kept: the run stopped before its last round, "
@@ -314,6 +326,11 @@ def run_clean(args) -> int:
     if path_kind(exp) != "dir":
         print(f"sapo clean: {exp} is not a folder (missing, or a link)", file=sys.stderr)
         return 2
+    from sapo_nb.core import node_dirs, read_run_config
+    if not node_dirs(exp) and not read_run_config(exp):  # another tool's folder with a checkpoints/ of its own
+        print(f"sapo clean: {exp} is not a sapo_nb run folder (no config.json, no logs/<node>/): nothing removed",
+              file=sys.stderr)
+        return 2
     unfinished = [f"{printable_name(s['node'])} ({s['rounds']}/{s['total_rounds'] or '?'} rounds)"
                   for s in swarm_status(cfg.root, cfg.experiment) if s["state"] != "done"]
     kept = []
@@ -357,8 +374,7 @@ def add_save_model_command(sub) -> argparse.ArgumentParser:
     sm = sub.add_parser("save-model",
                         help="write a node's trained model (its newest checkpoint) as a transformers folder")
     add_node_of_run(sm, "the node whose model to write")
-    sm.add_argument("--to", required=True, help="the folder to write; it must not exist (with --push-to-hub, one "
-                                                "written before, whose upload failed, is uploaded as it is)")
+    sm.add_argument("--to", required=True, help="the folder to write; it must not exist")
     sm.add_argument("--as", dest="form", choices=["merged", "adapter", "gguf"], default="merged",
                     help="a whole transformers model (default), a LoRA node's adapter alone, "
                          "or GGUF (needs llama.cpp's converter)")
@@ -383,12 +399,17 @@ def _save_model(run, node:str, dest, form:str="merged", hub:str|None=None, publi
                  or "none (no config.json: is it a run folder, <root>/<experiment>?)")
         print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr)
         return 2
+    if hub and Path(dest).exists():  # an earlier try whose upload failed, say: the hub's own command uploads it
+        print(f"sapo save-model: {dest} is there already; `hf upload {hub} {dest}` uploads it as it is (after a "
+              "look inside: what it holds goes up), or choose another --to", file=sys.stderr)
+        return 2
+    if hub:  # an upload that cannot happen is said before the folder is written
+        from huggingface_hub import get_token
+        if get_token() is None:
+            print("sapo save-model: --push-to-hub needs a hub login: `hf auth login`, or HF_TOKEN", file=sys.stderr)
+            return 2
     try:
-        try: out = save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest, form)
-        except FileExistsError:
-            if not hub: raise
-            out = Path(dest)  # written before, by an earlier try whose upload failed: uploaded as it is
-            print(f"{dest} is there already: uploading it as it is")
+        out = save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest, form)
         if hub:
             from sapo_nb.models import push_to_hub
             print(f"uploaded to {push_to_hub(out, hub, private=not public)}")

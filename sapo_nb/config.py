@@ -396,7 +396,8 @@ def parse_field(var, name, kind, text):
         if kind is tuple: return tuple(s.strip() for s in text.split(",") if s.strip())
         return kind(text)
     except ValueError:
-        where = f"flag {var}" if var.startswith("-") else f"environment variable {var}"
+        # `var` names the source: an environment variable (upper case), a flag, or what else the caller says
+        where = f"environment variable {var}" if var.isupper() else f"flag {var}" if var.startswith("-") else var
         _fail(name, text, f"{_KIND_WORDS.get(kind, 'a ' + kind.__name__)} (from {where})")
 
 # %% ../nbs/03_config.ipynb #97843b47
@@ -459,7 +460,8 @@ DRIVE_MOUNT = Path("/content/drive")  # where Colab mounts Google Drive
 def check_drive_mounted(*folders):
     "`ConfigError` when one of `folders` lies under Colab's Drive mount point while Drive is not mounted there."
     for folder in folders:
-        if folder and DRIVE_MOUNT in Path(folder).parents and not (DRIVE_MOUNT / "MyDrive").is_dir():
+        at = Path(folder).expanduser().absolute() if folder else None  # `drive/MyDrive/x` from /content too
+        if at and (at == DRIVE_MOUNT or DRIVE_MOUNT in at.parents) and not (DRIVE_MOUNT / "MyDrive").is_dir():
             raise ConfigError(f"{folder}: Google Drive is not mounted: run `from google.colab import drive; "
                               "drive.mount('/content/drive')` first (the run would go to the runtime's own disk)")
 

@@ -267,10 +267,14 @@ def create_once(tmp, name, data:bytes,
         if e.errno not in NO_HARD_LINKS: raise
     try: fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     except FileExistsError: return False
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:  # a full disk, a kill: no part-written file stays behind to be read as whole
+        with suppress(OSError): os.unlink(name, dir_fd=dir_fd)
+        raise
     return True
 
 # %% ../nbs/00_core.ipynb #f71542fa
@@ -431,7 +435,8 @@ class RoundMetrics:
     reward_external: float|None = _m(_number, "mean reward (scored locally) of the selected external groups")
     reward_train: float|None = _m(_number, "mean over both: the paper's metric", required=True)
     frac_zero_std: float|None = _m(_number, "fraction of trained groups whose rewards are all equal (no signal)")
-    pool_available: int = _m(is_count, "external groups collected from the pool", 0, required=True)
+    pool_available: int = _m(is_count, "external groups of the current round(s) collected from the pool, less those "
+                                        "trained on before", 0, required=True)
     pool_rejected: int = _m(is_count, "pool entries rejected by validation since the node started", 0)
     pool_selected: int = _m(is_count, "external groups trained on (the effective J)", 0, required=True)
     pool_topped_up: int = _m(is_count, "of those, groups from earlier rounds that topped J up (`top_up_rounds`)", 0)

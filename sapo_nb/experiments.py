@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, gc, json, shutil, sys, time
 from pathlib import Path
-from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name
+from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name, check_drive_mounted
 from .core import (counted, experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance,
                           machine_type, printable_text)
 from .durability import checkpoint_rounds
@@ -413,6 +413,7 @@ def experiment_main(args:argparse.Namespace) -> int:
     root = g("root") or "sapo_runs/experiments"
     try:
         fields = _fields_from_sets(g("set"))
+        check_drive_mounted(root, fields.get("pool_root"))  # a Colab folder on Drive before Drive is mounted
         if g("dry_run"):
             print(format_plan(resolve_plan(args.plan, root, fields=fields, **kw)))
             return 0

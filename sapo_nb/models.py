@@ -169,7 +169,7 @@ def peak_memory_mb(device:str="cpu") -> float:
     process's peak resident set elsewhere."""
     import torch
     if str(device).startswith("cuda"): return torch.cuda.max_memory_allocated() / 2**20
-    import resource  # not on Windows, where this library does not run nodes (see `swarm`)
+    import resource  # POSIX: the library does not run on Windows itself (`core`)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

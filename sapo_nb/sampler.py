@@ -52,7 +52,7 @@ REBUILD_REASONS = {
     "bad_item": "the item cannot be rebuilt under this node's mix (malformed, out of range, unanswerable)",
     "question_mismatch": "the question the peer sent differs from the one rebuilt from its item",
     "eval_question": "the question is, by text, one of this mix's held-out evaluation questions",
-    "duplicate": "the sender already offered a group of the same question for the same round",
+    "duplicate": "the sender already offered the same group (question and completions) for the same round",
     "score_error": "the local reward function failed on the group's completions",
     "over_budget": ("the round's scoring budget, or the sender's fair share of it, "
                     "ran out before the group was scored"),
@@ -101,7 +101,7 @@ def rescore(candidates: list, # groups from the pool (untrusted)
            ) -> tuple[list, Counter]:
     "Candidates rebuilt under `mix` (`entry`) with `rewards` computed locally within `budget`; the rest by reason."
     rejected, kept, budget = Counter(), [], budget if budget is not None else ScoringBudget()
-    asked = set()  # (sender, round, question) of the groups kept: a sender's copies are refused, not counted twice
+    kept_groups = set()  # (sender, round, question, completions) of the groups kept: a copy is refused
     # `rng` itself is not advanced
     in_fair_order = lambda gs: fair_order(gs, _order_rng(rng if rng is not None else random.Random(0)))
     def refuse(g, why):
@@ -118,10 +118,11 @@ def rescore(candidates: list, # groups from the pool (untrusted)
             t = time.perf_counter()
             entry, why = rebuild_entry(g, mix)
             budget.charge(g.node_id, time.perf_counter() - t)
-        if not why and (g.node_id, g.round, entry["question"]) in asked: why = "duplicate"  # one group per question
+        same = (g.node_id, g.round, entry["question"], tuple(g.completions)) if not why else None
+        if same in kept_groups: why = "duplicate"
         if why: refuse(g, why)
         else:
-            asked.add((g.node_id, g.round, entry["question"]))
+            kept_groups.add(same)
             kept.append((i, g, entry))
     keep = [(g, entry) for _, g, entry in sorted(kept, key=lambda t: t[0])]  # back in arrival order
     order = in_fair_order([g for g, _ in keep])

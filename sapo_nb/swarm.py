@@ -8,15 +8,14 @@ import json, math, os, shutil, signal, socket, stat, subprocess, sys, time
 from contextlib import suppress
 from pathlib import Path
 from fastcore.basics import patch
-from .config import (SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name, PRESETS,
-                            COMMAND_PRESET)
+from .config import SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name
 from .core import (counted, plural, experiment_dir, metrics_path, node_log_path, read_jsonl, atomic_write,
                           open_regular, read_json_file, valid_metrics_row, is_finite, UnsafePath, open_append, open_dir,
                           path_kind, list_dir, remove, safe_text, trust_root)
 from .node import sample_together
 from .trackers import progress_line
-from .durability import (NodeLease, NodeRunning, CheckpointError, intact_checkpoint, lease_alive, lease_file,
-                                LEASE_STALE)
+from .durability import (NodeLease, NodeRunning, CheckpointError, intact_checkpoint, checkpoint_rounds,
+                                lease_alive, lease_file, LEASE_STALE)
 
 # %% auto #0
 __all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_cards', 'check_startable',
@@ -37,11 +36,13 @@ def parse_override(text:str) -> tuple:
         k = k.strip().replace("-", "_")
         if not eq or k not in kinds:
             raise ConfigError(f"override {text!r}: unknown field {k!r}; known fields: {', '.join(kinds)}")
-        out[k] = parse_field(f"override {node}", k, kinds[k], v.strip())
+        out[k] = parse_field(f"override {node}:{k}", k, kinds[k], v.strip())
     return node, out
 
 # %% ../nbs/16_swarm.ipynb #0b476950
-def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=()) -> list:
+def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=(),
+                 rates:dict|None=None, # {adapter: learning rate}: the rate an override's adapter brings (None: none)
+                ) -> list:
     "The config of each of `nodes` nodes: `node-0` ... with per-node `overrides` ('node:field=value,...')."
     if nodes < 1: raise ConfigError(f"nodes: got {nodes}; allowed: a whole number >= 1")
     per = {}
@@ -51,9 +52,8 @@ def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=()) -> list:
     ids = [f"node-{i}" for i in range(nodes)]
     unknown = sorted(set(per) - set(ids))
     if unknown: raise ConfigError(f"override for {unknown}: no such node; nodes are {', '.join(ids)}")
-    rates = PRESETS[COMMAND_PRESET]["learning_rate"]  # {adapter: rate}
-    def follows_adapter(kv):  # the preset's rate for the run's adapter: it follows an override's adapter
-        if "adapter" in kv and "learning_rate" not in kv and cfg.learning_rate == rates.get(cfg.adapter):
+    def follows_adapter(kv):  # an override of the adapter alone brings that adapter's rate
+        if rates and "adapter" in kv and "learning_rate" not in kv:
             return {**kv, "learning_rate": rates.get(kv["adapter"], cfg.learning_rate)}
         return kv
     return [cfg.replace(node_id=i, **follows_adapter(per.get(i, {}))) for i in ids]
@@ -343,11 +343,20 @@ def node_processes(exp, info:dict|None=None) -> dict:
     return out
 
 # %% ../nbs/16_swarm.ipynb #860d259c
+def _remote_state(exp, node:str, launched_at:float|None) -> str:
+    """'remote' for a node another machine launched while it runs there by its lease, or may still be loading its
+    model (no lease yet, launched less than `LEASE_STALE` ago); else 'exited'."""
+    lease = lease_file(exp, node)
+    try: missing = path_kind(lease) is None
+    except OSError: missing = False  # a link above it: `lease_alive` says what it can
+    if missing: return "remote" if launched_at is not None and time.time() - launched_at < LEASE_STALE else "exited"
+    return "exited" if lease_alive(lease) is False else "remote"
+
 def process_states(exp, info:dict|None=None) -> dict:
     "{node: 'running' | 'exited' | 'remote'} for the nodes in `exp`'s pid file (or in `info`, read from it already)."
     info = read_pid_file(exp) if info is None else info
-    if info and info["host"] != socket.gethostname():  # another machine's: it runs there while its lease is fresh
-        return {n: "exited" if lease_alive(lease_file(exp, n)) is False else "remote" for n in info["nodes"]}
+    if info and info["host"] != socket.gethostname():  # another machine's
+        return {n: _remote_state(exp, n, info["launched_at"]) for n in info["nodes"]}
     return {n: "running" if p.poll() is None else "exited" for n, p in node_processes(exp, info).items()}
 
 # %% ../nbs/16_swarm.ipynb #e71bcae0
@@ -452,6 +461,7 @@ def format_bytes(n:int) -> str:
 # %% ../nbs/16_swarm.ipynb #27980554
 def _remove_all_but_newest(folder, log=print):
     "Remove everything in a node's checkpoint `folder` but its newest intact checkpoint (`CheckpointError`: none is)."
+    if len(list_dir(folder)) == 1 and checkpoint_rounds(folder): return  # one checkpoint, nothing else: not read
     newest, _ = intact_checkpoint(folder, log=log)
     for name in list_dir(folder):
         if newest is None or name != newest.name: remove(Path(folder) / name)

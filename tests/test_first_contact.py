@@ -1,9 +1,10 @@
 """A new user's first run: what it leaves on disk, how its processes share the cores, and what it says at the end.
 
 Each test names one thing a first-time user relies on: a finished `sapo swarm` keeps each node's trained weights and
-no more, a pool on Google Drive's mount (no hard links) opens, a stopped one still resumes, `sapo clean` frees what a run holds, process mode does not
-oversubscribe the cores, `sapo status` calls a finished node `done`, the platform limits are said in words, and the
-README's test command is the one CI runs. Every test runs the tiny random model in seconds.
+no more, a pool on Google Drive's mount (no hard links) opens, a stopped one still resumes, `sapo clean` frees what
+a run holds, process mode does not oversubscribe the cores, `sapo status` calls a finished node `done`, the platform
+limits are said in words, and the README's test command is the one CI runs. Every test runs the tiny random model in
+seconds.
 """
 import json, os, re
 from pathlib import Path
@@ -238,7 +239,7 @@ def test_status_shows_a_finished_node_as_done(tmp_path):
 # --- platforms ------------------------------------------------------------------------------------------------------
 
 def test_process_mode_without_killpg_says_so(tmp_path, monkeypatch):
-    "Where `os.killpg` does not exist (Windows), process mode and the panel's stop fail with a message, not an AttributeError."
+    "Where `os.killpg` does not exist, process mode and the panel's stop fail with a message, not an AttributeError."
     monkeypatch.delattr(os, "killpg")
     with pytest.raises(UnsupportedPlatform, match="supported: Linux, macOS, WSL"):
         ProcessSwarm(node_configs(tiny(tmp_path, transport="folder"), 2))

@@ -144,14 +144,15 @@ def test_node_id_with_trailing_newline_is_refused():
 
 
 def test_one_question_sent_many_times_is_trained_on_once():
-    """A peer that publishes one question's group at several positions of its rollout (so each copy has its own
-    `group_key`) gets one of them scored and picked, however large J: the others are refused as `duplicate`."""
+    """A peer that publishes one group at several positions of its rollout (so each copy has its own `group_key`)
+    gets one of them scored and picked, however large J: the copies are refused as `duplicate`. A group of the same
+    question with other completions (an honest stream can ask a question twice) is a group of its own."""
     q = TaskStream("quick", 0, "mallory").next(1)[0]
-    copies = [honest_group(q, [q["answer"], "0"]) for _ in range(4)]
-    picked, info = select_external(published({}, "mallory", copies), 4, "paper", exact, mix="quick")
-    assert len(picked) == 1 and info["rejected"] == {"duplicate": 3}
+    copies = [honest_group(q, [q["answer"], "0"]) for _ in range(4)] + [honest_group(q, [q["answer"], "1"])]
+    picked, info = select_external(published({}, "mallory", copies), 5, "paper", exact, mix="quick")
+    assert len(picked) == 2 and info["rejected"] == {"duplicate": 3}
     (account,) = info["peers"].values()  # the sender's account (its id carries its key's fingerprint)
-    assert account["refused"] == {"duplicate": 3} and account["taken"] == 1
+    assert account["refused"] == {"duplicate": 3} and account["taken"] == 2
 
 
 def test_a_group_trained_on_is_not_picked_again_while_it_is_current():
