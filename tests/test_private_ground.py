@@ -138,7 +138,8 @@ def test_clean_on_linked_experiment_deletes_nothing(tmp_path):
 def test_clean_through_linked_checkpoints_folder_deletes_nothing(tmp_path):
     "`sapo clean` where `checkpoints` is a link to another run's: it says so and removes nothing."
     other = other_run(tmp_path); before = snapshot(other)
-    root = tmp_path / "root"; (root / "exp").mkdir(parents=True); (root / "exp" / "checkpoints").symlink_to(other / "checkpoints")
+    root = tmp_path / "root"; (root / "exp" / "logs" / "node-0").mkdir(parents=True)  # a run folder of its own
+    (root / "exp" / "checkpoints").symlink_to(other / "checkpoints")
     code, out, err = cli("clean", "--root", str(root), "--experiment", "exp")
     assert code == 0 and "left in place" in out and "freed 0 B" in out
     assert snapshot(other) == before
