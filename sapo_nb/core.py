@@ -156,8 +156,9 @@ def open_regular(path):
 
 # %% ../nbs/00_core.ipynb #2d99f20d
 def open_append(path):
-    "Regular file `path` opened for binary appending (created, with its folders, if missing); else `UnsafePath`."
-    return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, create_dirs=True), "ab")
+    """Regular file `path` opened for binary appending (created, with its folders, if missing; readable too, by
+    position: `os.pread`); else `UnsafePath`."""
+    return os.fdopen(open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, create_dirs=True), "ab")
 
 # %% ../nbs/00_core.ipynb #d05ac119
 def _kind(mode:int) -> str:
@@ -199,7 +200,9 @@ def remove(path) -> bool:
 def rename(path, new_name:str):
     """Rename `path` to `new_name` in the same folder (whatever `new_name` was, a link included, is replaced,
     not followed)."""
-    with in_dir(path) as (d, name): os.replace(name, new_name, src_dir_fd=d, dst_dir_fd=d)
+    with in_dir(path) as (d, name):
+        os.replace(name, new_name, src_dir_fd=d, dst_dir_fd=d)
+        with suppress(OSError): os.fsync(d)  # on disk too, where the file system can
 
 # %% ../nbs/00_core.ipynb #a3d20c91
 _SAFE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.-:/+=,@%")
@@ -244,6 +247,7 @@ def atomic_write(path, data):
             try: os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
             except (IsADirectoryError, NotADirectoryError, FileExistsError):
                 raise UnsafePath(path, "a folder") from None
+            with suppress(OSError): os.fsync(d)  # the rename on disk too (a power cut), where the file system can
         except BaseException:
             with suppress(OSError): os.unlink(tmp, dir_fd=d)
             raise
@@ -320,9 +324,12 @@ def read_jsonl(path, limit:int=JSONL_MAX_BYTES,
 
 # %% ../nbs/00_core.ipynb #75f33861
 def append_jsonl(path, row:dict):
-    "Append one object as a line and make it durable (`open_append`: never through a link)."
+    """Append one object as a line and make it durable (`open_append`: never through a link). After a torn last line
+    (a kill mid-write) the row starts a line of its own, so it is not lost with the fragment."""
     with open_append(path) as f:
-        f.write((json.dumps(row) + "\n").encode())
+        size = os.fstat(f.fileno()).st_size
+        torn = size > 0 and os.pread(f.fileno(), 1, size - 1) != b"\n"
+        f.write(("\n" * torn + json.dumps(row) + "\n").encode())
         f.flush()
         os.fsync(f.fileno())
 

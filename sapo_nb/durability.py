@@ -39,13 +39,15 @@ def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
 
 # %% ../nbs/14_durability.ipynb #47efca77
 def set_records_aside(cfg:SAPOConfig) -> str|None:
-    "Rename the node's metrics and evaluation records to `<name>.before-<UTC time>.jsonl`; the new metrics name."
-    stamp, new = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), None
-    for path in (metrics_path(cfg), eval_records_path(cfg)):
+    """Rename the node's evaluation records, then its metrics, to `<name>.before-<UTC time>-<random>.jsonl`; the new
+    metrics name. The metrics go last: they are what says a start has rows to set aside, so a start killed between
+    the two renames does it again, and loses nothing."""
+    stamp, new = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}", None
+    for path in (eval_records_path(cfg), metrics_path(cfg)):
         if path_kind(path) == "file":
             name = f"{path.stem}.before-{stamp}.jsonl"
             rename(path, name)
-            new = new or path.with_name(name)
+            new = path.with_name(name)
     return None if new is None else str(new)
 
 # %% ../nbs/14_durability.ipynb #b8077c46

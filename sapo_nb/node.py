@@ -30,9 +30,9 @@ from .durability import (NodeLease, NodeRunning, CheckpointError, save_checkpoin
                                 refuse_other_run, settings_changed)
 
 # %% auto #0
-__all__ = ['RECENT_ROUNDS', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'node_random_state', 'Drawn',
-           'wait_target', 'RoundStart', 'training_metrics', 'ExportError', 'gguf_converter', 'save_model',
-           'sample_together']
+__all__ = ['RECENT_ROUNDS', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'node_random_state',
+           'RoundInterrupted', 'Drawn', 'wait_target', 'RoundStart', 'training_metrics', 'ExportError',
+           'gguf_converter', 'save_model', 'sample_together']
 
 # %% ../nbs/15_node.ipynb #dbc17473
 def _mean(xs):
@@ -64,6 +64,8 @@ class SwarmNode:
     def __init__(self, cfg:SAPOConfig, transport=None, policy=None, strategy=None, log=print):
         self.cfg, self.log = cfg, log
         self.round = 0                      # the next round to run
+        self.open_round = None              # a round begun and not logged: an interruption leaves it set
+        self.started = False                # whether this object has begun a round (its state has moved on)
         self.trained_external = set()       # `sampler.group_key`s of peers' groups trained on in the top-up window
         self.lease = None                   # a `NodeLease`, taken by `resume`
         self.tracker = None                 # opened with the first metrics row
@@ -141,6 +143,11 @@ def _check_root(self:SwarmNode):
         raise OSError(f"SAPOConfig.root: cannot write to {d} ({e.strerror or e}); choose a writable folder "
                       f"with --root or SAPO_ROOT, or free disk space") from None
 
+# %% ../nbs/15_node.ipynb #13249902
+class RoundInterrupted(RuntimeError):
+    "A node asked to go on from a state that an interruption left half done (`resume` sets it right)."
+
+
 # %% ../nbs/15_node.ipynb #2cc6d50f
 class Drawn(NamedTuple):
     "A round's questions drawn for a node, their prompts and one sampling seed per prompt, not sampled yet."
@@ -152,7 +159,12 @@ class Drawn(NamedTuple):
 @patch
 def draw_questions(self:SwarmNode, r:int, I:int) -> Drawn:
     """The round's I questions, their prompts, and one sampling seed per prompt: what generation needs, from this node
-    alone."""
+    alone. It opens the round: a round left open by an interruption is refused until `resume` sets the state right."""
+    if self.open_round is not None:
+        raise RoundInterrupted(f"{self.cfg.node_id}: round {self.open_round} was interrupted part-way (its questions "
+                               "drawn, its update perhaps made): resume() (or run()) goes on from the newest "
+                               "checkpoint, the state it kept")
+    self.open_round, self.started = r, True
     questions = self.stream.next(I) if I else []
     prompts = [self.format_prompt(self.policy.tokenizer, q) for q in questions]
     seeds = [derive_seed(self.cfg.seed, self.cfg.node_id, r, "generate", p) for p in range(len(prompts))]
@@ -444,6 +456,7 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
     next round."""
     if self.lease is None: self.lease = NodeLease(self.cfg).acquire()
     self.round, pol = self._restore(join_current), self.policy
+    self.open_round = None  # the state is the checkpoint's now
     if self.round >= self.cfg.rounds:  # a finished run run again: nothing to do, nothing written
         self.log(f"{self.cfg.node_id}: finished: its {self.round} rounds are in {metrics_path(self.cfg)}; "
                  f"nothing to do (a larger --rounds goes on from its newest checkpoint)")
@@ -463,6 +476,9 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     st = load_checkpoint(checkpoint_dir(self.cfg), self.policy, self.trainer.opt,
                          check=self._check_restored, log=self.log)
     if st is None:
+        if self.started:  # no checkpoint to go back to, and this object's weights, stream and state have moved on
+            raise RoundInterrupted(f"{self.cfg.node_id}: it has run rounds in this process and has no checkpoint to "
+                                   "go back to; a new SwarmNode starts it over from round 0")
         done = rounds_logged(self.cfg)
         if done >= self.cfg.rounds: return done  # finished, its checkpoints removed: nothing to run, nothing to cut
         if done:  # rounds ran but none was checkpointed: start over, the rows of the earlier start kept aside
@@ -512,6 +528,7 @@ def step(self:SwarmNode, state:RoundStart|None=None) -> dict:
     row = self.run_round(r) if state is None else self.finish_round(state)
     # the source of truth; the tracker (if any) gets a copy, and never fails the node
     append_jsonl(metrics_path(self.cfg), row)
+    self.round, self.open_round = r + 1, None  # logged: an interruption from here on leaves nothing half done
     if self.tracker is None:
         self.tracker = open_tracker(self.cfg, log=self.log)
     self.tracker.log(row)
@@ -519,7 +536,6 @@ def step(self:SwarmNode, state:RoundStart|None=None) -> dict:
         self._checkpoint(r)
     if self.cfg.keep_rounds:
         self.transport.cleanup(keep_rounds=self.cfg.keep_rounds, node_id=self.cfg.node_id, current_round=r)
-    self.round = r + 1
     return row
 
 # %% ../nbs/15_node.ipynb #b04aabd3

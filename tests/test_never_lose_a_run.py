@@ -220,3 +220,37 @@ def test_a_start_stopped_in_its_first_round_leaves_one_base_evaluation(tmp_path)
     n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
     n.run(); n.close()
     assert [r["when"] for r in read_jsonl(eval_records_path(cfg))] == ["base", "final"]
+
+
+def test_a_round_interrupted_in_a_notebook_is_not_run_twice(tmp_path, monkeypatch):
+    """Ctrl-C in `step()` (here while it writes its checkpoint, after its row is logged): the next `step()` runs the next
+    round, once. Interrupted before its row, the round is refused until `resume()` restores the checkpoint."""
+    from sapo_nb.node import RoundInterrupted
+    cfg = tiny_config(tmp_path, rounds=4, checkpoint_every=1)
+    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
+    n.resume(); n.step()
+    real = SwarmNode._checkpoint
+    def cut(self, r): raise KeyboardInterrupt
+    monkeypatch.setattr(SwarmNode, "_checkpoint", cut)
+    with pytest.raises(KeyboardInterrupt): n.step()  # round 1 logged, its checkpoint not written
+    monkeypatch.setattr(SwarmNode, "_checkpoint", real)
+    n.step()
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1, 2]
+    def torn(self, *a, **k): raise KeyboardInterrupt
+    monkeypatch.setattr(SwarmNode, "finish_round", torn)
+    with pytest.raises(KeyboardInterrupt): n.step()  # round 3 drawn, not logged
+    monkeypatch.undo()
+    with pytest.raises(RoundInterrupted, match="round 3 was interrupted part-way"): n.step()
+    assert n.resume() == 3 and n.step()["round"] == 3  # from round 2's checkpoint, the round drawn again
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1, 2, 3]
+    n.close()
+
+
+def test_running_again_a_node_object_with_no_checkpoint_is_refused(tmp_path):
+    "A node object that ran rounds, with no checkpoint to go back to: `run()` again says to make a new node."
+    from sapo_nb.node import RoundInterrupted
+    cfg = tiny_config(tmp_path, rounds=4, checkpoint_every=0)
+    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
+    n.resume(); n.step(); n.lease.release(); n.lease = None
+    with pytest.raises(RoundInterrupted, match="a new SwarmNode starts it over"): n.run()
+    n.close()
