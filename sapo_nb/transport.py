@@ -259,7 +259,7 @@ class Transport:
         self._newest, self._window = -1, 0
 
     # -- implementation hooks
-    def _put(self, round, node_id, payload): raise NotImplementedError
+    def _put(self, round, node_id, payload) -> bool: raise NotImplementedError  # False: one is there, and it stays
     def _entries(self, round) -> list: raise NotImplementedError
     def _rounds(self) -> list: raise NotImplementedError
     def _remove(self, rounds, node_id, archive) -> int: raise NotImplementedError
@@ -366,11 +366,16 @@ def publish(self: Transport, round: int, # round number
             G: int|None=None, # completions per group (inferred from the first group)
             model: str="", # our model name, informational
            ) -> int:
-    "Sign and publish our groups for `round` under our wire id; the bytes sent (0 if the pool's path was blocked)."
+    """Sign and publish our groups for `round` under our wire id, once; the bytes sent (0 if the pool's path was
+    blocked, or the round was published before: the first publication stays)."""
     payload = self.encode(round, node_id, groups, G=G, model=model)
     full = self.own_id(node_id)
     try:
-        self._put(round, full, payload)
+        if self._put(round, full, payload) is False:  # a round run again after a resume: peers may have its first
+            self.unpublished["published_before"] += 1
+            logger.info("%s pool: round %d of %s was published before; the first publication stays", self.name,
+                        round, node_id)
+            return 0
         self._own.add(full)
     except BlockedPath as e:
         self.unpublished["blocked_path"] += 1
@@ -559,8 +564,9 @@ class MemoryTransport(Transport):
     def _put(self, round, node_id, payload):
         with self._lock:
             d = self.store.setdefault(round, {})
-            d.pop(node_id, None)
+            if node_id in d: return False
             d[node_id] = payload
+            return True
 
     def _entries(self, round):
         def entry(n, v):
@@ -699,7 +705,7 @@ def _put(self: FolderTransport, round, node_id, payload):
         if e.errno in _BLOCKING:
             raise BlockedPath(e.errno, f"{self.round_dir(round)} is not a folder (a link or a file)") from None
         raise
-    try: _write_own(rfd, f"{node_id}.json", payload, node_id)
+    try: return _write_own(rfd, f"{node_id}.json", payload, node_id, replace=False)
     finally: os.close(rfd)
 
 # %% ../nbs/10_transport.ipynb #820fc098
@@ -1013,9 +1019,11 @@ def _rejoin(self: HivemindTransport) -> int:
 def _put(self: HivemindTransport, round, node_id, payload):
     self._rejoin()
     self._seen_rounds.add(round)
+    if any(e.key == self.subkey(node_id) for e in self._entries(round)): return False  # published before
     ok = self._run(self._node.store(self._key(round), payload, self._now() + self.expiration,
                                     subkey=self.subkey(node_id)))
     if not ok: logger.warning("hivemind: no DHT node accepted %s's rollout for round %d", node_id, round)
+    return True
 
 # %% ../nbs/10_transport.ipynb #c7419fd9
 @patch

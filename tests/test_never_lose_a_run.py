@@ -254,3 +254,21 @@ def test_running_again_a_node_object_with_no_checkpoint_is_refused(tmp_path):
     n.resume(); n.step(); n.lease.release(); n.lease = None
     with pytest.raises(RoundInterrupted, match="a new SwarmNode starts it over"): n.run()
     n.close()
+
+
+def test_a_resumed_round_does_not_change_what_peers_read(tmp_path):
+    """Killed after publishing rounds past its checkpoint, a node runs them again on resume; the pool keeps their first
+    publication (peers may have trained on it): the files are not rewritten."""
+    cfg = tiny_config(tmp_path, rounds=6, checkpoint_every=3, transport="folder")
+    n = SwarmNode(cfg, log=lambda *_: None)
+    n.resume()
+    for _ in range(5): n.step()  # rounds 0-4; the checkpoint of round 2
+    files = {r: next((tmp_path / "sapo" / "rollouts" / f"round_{r}").glob("node-0.*.json")) for r in (3, 4)}
+    before = {r: (f.stat().st_ino, f.stat().st_mtime_ns, f.read_bytes()) for r, f in files.items()}
+    n.close()
+    again = SwarmNode(cfg, log=lambda *_: None)
+    assert again.resume() == 3
+    again.step(); again.step()
+    assert {r: (f.stat().st_ino, f.stat().st_mtime_ns, f.read_bytes()) for r, f in files.items()} == before
+    assert again.transport.unpublished["published_before"] == 2
+    again.close()

@@ -64,8 +64,11 @@ def test_expensive_allowed_answers_stay_within_the_round_budget(worker):
 def test_flood_from_one_sender_does_not_starve_others():
     "400 groups from one sender, sent first, cannot crowd three other senders' groups out of the round's scoring."
     items = TaskStream("quick", seed=31, node_id="x").next(412)
-    flood = groups_of(items[:400], "flood", lambda e: [e["answer"], "x"])
-    others = [g for k, s in enumerate("abc") for g in groups_of(items[400 + 4 * k:404 + 4 * k], s, lambda e: [e["answer"], "x"])]
+    # each group its own (quick repeats a question now and then: the same question with the same completions from one
+    # sender would be one group, `duplicate`)
+    own = lambda e: [e["answer"], f"x{e['item']['component']}-{e['item']['index']}"]
+    flood = groups_of(items[:400], "flood", own)
+    others = [g for k, s in enumerate("abc") for g in groups_of(items[400 + 4 * k:404 + 4 * k], s, own)]
     # warm: one call that cannot be preempted (a first import, a worker starting) may take a whole 0.3 s budget,
     # which says nothing about fairness; a node's later rounds run warm
     select_external(others[:1], 1, "uniform", sleepy_exact, rng=7, mix="quick")
