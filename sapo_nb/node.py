@@ -159,11 +159,7 @@ class Drawn(NamedTuple):
 @patch
 def draw_questions(self:SwarmNode, r:int, I:int) -> Drawn:
     """The round's I questions, their prompts, and one sampling seed per prompt: what generation needs, from this node
-    alone. It opens the round: a round left open by an interruption is refused until `resume` sets the state right."""
-    if self.open_round is not None:
-        raise RoundInterrupted(f"{self.cfg.node_id}: round {self.open_round} was interrupted part-way (its questions "
-                               "drawn, its update perhaps made): resume() (or run()) goes on from the newest "
-                               "checkpoint, the state it kept")
+    alone. It opens the round, which its metrics row closes (`step`)."""
     self.open_round, self.started = r, True
     questions = self.stream.next(I) if I else []
     prompts = [self.format_prompt(self.policy.tokenizer, q) for q in questions]
@@ -521,6 +517,10 @@ def close(self:SwarmNode):
 def step(self:SwarmNode, state:RoundStart|None=None) -> dict:
     "Run the next round (or finish the one `begin_round` started): metrics row appended, checkpoint when due."
     r = self.round
+    if state is None and self.open_round is not None:  # a round drawn and never logged: the state moved on part-way
+        raise RoundInterrupted(f"{self.cfg.node_id}: round {self.open_round} was interrupted part-way (its questions "
+                               "drawn, its update perhaps made): resume() (or run()) goes on from the newest "
+                               "checkpoint, the state it kept")
     if self.lease is not None and self.lease.lost:
         raise NodeRunning(f"{self.cfg.node_id}: {self.lease.lost}; stopping before round {r} so that two processes "
                           f"never both run it. If none other does, start the node again: it resumes from its newest "
