@@ -17,7 +17,8 @@ __all__ = ['FALLBACKS', 'MAX_ANSWER_CHARS', 'CHECKERS', 'extract_answer', 'Libra
 
 # %% ../nbs/01_rewards.ipynb #fa712486
 _TAG = re.compile(r"<\s{0,4}(/?)\s{0,4}answer\s{0,4}>", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# a number, signed with "-" or the minus sign U+2212, its thousands perhaps grouped by commas ("1,234")
+_NUMBER = re.compile(r"[-\u2212]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 FALLBACKS = ("number", "line")
 
 def extract_answer(text:str,               # a completion
@@ -43,7 +44,7 @@ def extract_answer(text:str,               # a completion
         return _TAG.sub("", content).strip()
     if fallback == "number":
         nums = _NUMBER.findall(text)
-        return nums[-1] if nums else None
+        return nums[-1].replace("\u2212", "-").replace(",", "") if nums else None
     if fallback == "line":
         lines = [l.strip() for l in text.splitlines() if l.strip()]
         return lines[-1] if lines else None
@@ -180,7 +181,7 @@ def check_answer(entry:dict,                # a question (ReasoningGym entry)
     try: s = float(get_checker(entry["metadata"]["source_dataset"])(answer, entry))
     except Exception: return 0.0
     if not math.isfinite(s): return 0.0
-    s = min(max(s, 0.0), 1.0)
+    if not 0.0 <= s <= 1.0: return 0.0  # a checker's formula gone wrong (one over a negative gold): no pass
     return s if partial_credit else float(s >= 1.0)
 
 # %% ../nbs/01_rewards.ipynb #92f19d89
