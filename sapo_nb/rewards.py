@@ -107,27 +107,40 @@ def _operands(tree, op) -> list:
     return _operands(tree.left, op) + _operands(tree.right, op) if tree.operator == op else [tree]
 
 # %% ../nbs/01_rewards.ipynb #fff5d094
-def _normal(tree) -> str:
-    "`tree` written one way: operands of ∧, ∨, ↔ sorted and deduplicated, no redundant brackets or spaces."
+@lru_cache(maxsize=64)
+def _column(i:int, n:int) -> int:
+    "The truth-table column of name `i` of `n`: bit r set where bit i of r is (2**i rows false, 2**i true, again)."
+    period, col = 1 << (i + 1), 0
+    block = ((1 << (1 << i)) - 1) << (1 << i)
+    for start in range(0, 1 << n, period): col |= block << start
+    return col
+
+def _table(tree, columns:dict, full:int) -> int:
+    "The truth table of `tree`: bit r is its value in row r (`columns`: a name's column; `full`: every row)."
     op = tree.operator
-    if op is None: return tree.left
-    if op.value == "¬": return "¬" + _normal(tree.left)
-    if op.value in ("∧", "∨"):
-        parts = sorted({_normal(t) for t in _operands(tree, op)})
-        return parts[0] if len(parts) == 1 else "(" + op.value.join(parts) + ")"
-    a, b = _normal(tree.left), _normal(tree.right)
-    return "(" + op.value.join(sorted((a, b)) if op.value == "↔" else (a, b)) + ")"
+    if op is None: return columns[tree.left]
+    a = _table(tree.left, columns, full)
+    if op.value == "¬": return full ^ a
+    b = _table(tree.right, columns, full)
+    return {"∧": a & b, "∨": a | b, "→": (full ^ a) | b, "↔": full ^ (a ^ b)}[op.value]
 
 # %% ../nbs/01_rewards.ipynb #4f46b2cc
-def _conjuncts(tree) -> set:
-    "The normal forms of the top-level ∧ parts of `tree`."
+def _conjuncts(tree) -> list:
+    "The top-level ∧ parts of `tree` (`tree` alone when it is something else)."
     is_and = tree.operator is not None and tree.operator.value == "∧"
-    return {_normal(t) for t in (_operands(tree, tree.operator) if is_and else [tree])}
+    return _operands(tree, tree.operator) if is_and else [tree]
 
 # %% ../nbs/01_rewards.ipynb #6e21dce5
-def _restates(tree, premises:list) -> bool:
-    "Whether each top-level ∧ part of `tree` is a premise or a top-level ∧ part of one."
-    return _conjuncts(tree) <= set().union(*map(_conjuncts, premises))
+def _restates(tree, premises:list, names:set) -> bool:
+    "Whether `tree` says exactly what some top-level ∧ parts of the premises say together, over the item's `names`."
+    n = len(names)
+    columns, full = {v: _column(i, n) for i, v in enumerate(sorted(names))}, (1 << (1 << n)) - 1
+    said = _table(tree, columns, full)
+    together = full  # the ∧ of every part the answer implies
+    for part in (t for p in premises for t in [p, *_conjuncts(p)]):
+        table = _table(part, columns, full)
+        if said & ~table == 0: together &= table
+    return said == together
 
 # %% ../nbs/01_rewards.ipynb #d157b4b9
 def _propositional_logic_score(answer, entry) -> float:
@@ -139,7 +152,7 @@ def _propositional_logic_score(answer, entry) -> float:
     variables = [v for v in md.get("variables") or [] if isinstance(v, str)]
     item_names = set().union(*(_names(p, set()) for p in premises), variables)
     if len(item_names) > _MAX_LOGIC_VARS or not _names(tree, set()) <= item_names: return 0.0
-    if _restates(tree, premises): return 0.0
+    if _restates(tree, premises, item_names): return 0.0
     return _library_scorer("propositional_logic")(_compact(answer), entry)
 
 # %% ../nbs/01_rewards.ipynb #ab1e7c31
