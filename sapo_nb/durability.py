@@ -251,6 +251,17 @@ def _hold(self:NodeLease, token:str):
     self._finalizer = weakref.finalize(self, _release, self._state)  # a lease dropped without release() still goes
     return self
 
+# %% ../nbs/14_durability.ipynb #9f030104
+@patch
+def confirm(self:NodeLease) -> str|None:
+    """Why the lease is no longer ours, read from its file now, not at the next heartbeat (None: still ours). A node
+    asks before each write that another holder could also make (its metrics row, its checkpoint)."""
+    if self._state is None or self._state.lost: return self.lost
+    try: info = _read_settled(self.path)
+    except OSError: return None  # unreadable for the moment: the heartbeat judges that, with its patience
+    if not info or info.get("token") != self._state.token: self._state.lost = _lost_because(info)
+    return self._state.lost
+
 # %% ../nbs/14_durability.ipynb #54526505
 @patch
 def _held_message(self:NodeLease, info:dict, age:float) -> str:
@@ -306,6 +317,14 @@ def _untie(tensors:dict) -> dict:
     return out
 
 # %% ../nbs/14_durability.ipynb #442f41d1
+def _pid_alive(text:str) -> bool:
+    "Whether `text` is the pid of another process alive on this host: its half-written checkpoint is left alone."
+    if not text.isdigit() or int(text) == os.getpid(): return False
+    try: os.kill(int(text), 0)
+    except (ProcessLookupError, OverflowError, ValueError): return False
+    except PermissionError: return True  # alive, another user's
+    return True
+
 def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
                     random_state=None, # the CPU random state its node draws from (None: the process's)
                    ) -> Path:
@@ -316,7 +335,7 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
     folder = Path(folder)
     final, tmp = folder / f"round_{round}", folder / f".tmp_round_{round}_{os.getpid()}"
     for name in list_dir(folder):
-        if name.startswith(".tmp_round_"):
+        if name.startswith(".tmp_round_") and not _pid_alive(name.rsplit("_", 1)[-1]):
             with suppress(OSError): remove(folder / name)  # left by a killed save (a link there stays)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     rng = dict(torch=(torch.get_rng_state() if random_state is None else random_state).tolist(),

@@ -514,6 +514,14 @@ def close(self:SwarmNode):
 
 # %% ../nbs/15_node.ipynb #f061b74c
 @patch
+def _keep_lease(self:SwarmNode, before:str):
+    "`NodeRunning` if the node's lease is no longer its own: it stops before `before`, which the new holder writes."
+    if self.lease is not None and (why := self.lease.confirm()):
+        raise NodeRunning(f"{self.cfg.node_id}: {why}; stopping before {before} so that two processes never both "
+                          f"write it. If none other runs it, start the node again: it resumes from its newest "
+                          f"checkpoint.")
+
+@patch
 def step(self:SwarmNode, state:RoundStart|None=None) -> dict:
     "Run the next round (or finish the one `begin_round` started): metrics row appended, checkpoint when due."
     r = self.round
@@ -521,11 +529,9 @@ def step(self:SwarmNode, state:RoundStart|None=None) -> dict:
         raise RoundInterrupted(f"{self.cfg.node_id}: round {self.open_round} was interrupted part-way (its questions "
                                "drawn, its update perhaps made): resume() (or run()) goes on from the newest "
                                "checkpoint, the state it kept")
-    if self.lease is not None and self.lease.lost:
-        raise NodeRunning(f"{self.cfg.node_id}: {self.lease.lost}; stopping before round {r} so that two processes "
-                          f"never both run it. If none other does, start the node again: it resumes from its newest "
-                          f"checkpoint.")
+    self._keep_lease(f"round {r}")
     row = self.run_round(r) if state is None else self.finish_round(state)
+    self._keep_lease(f"the metrics row of round {r}")  # a lease taken over mid-round (a machine that slept)
     # the source of truth; the tracker (if any) gets a copy, and never fails the node
     append_jsonl(metrics_path(self.cfg), row)
     self.round, self.open_round = r + 1, None  # logged: an interruption from here on leaves nothing half done
@@ -533,6 +539,7 @@ def step(self:SwarmNode, state:RoundStart|None=None) -> dict:
         self.tracker = open_tracker(self.cfg, log=self.log)
     self.tracker.log(row)
     if self.cfg.checkpoint_every and ((r + 1) % self.cfg.checkpoint_every == 0 or r + 1 == self.cfg.rounds):
+        self._keep_lease(f"the checkpoint of round {r}")
         self._checkpoint(r)
     if self.cfg.keep_rounds:
         self.transport.cleanup(keep_rounds=self.cfg.keep_rounds, node_id=self.cfg.node_id, current_round=r)

@@ -272,3 +272,22 @@ def test_a_resumed_round_does_not_change_what_peers_read(tmp_path):
     assert {r: (f.stat().st_ino, f.stat().st_mtime_ns, f.read_bytes()) for r, f in files.items()} == before
     assert again.transport.unpublished["published_before"] == 2
     again.close()
+
+
+def test_a_node_whose_lease_was_taken_mid_round_writes_no_row(tmp_path, monkeypatch):
+    """Another process took the node's lease while a round ran (a laptop slept past the lease's staleness, and the node
+    was started elsewhere): the old holder stops before its metrics row, which the new holder writes."""
+    from sapo_nb.durability import NodeRunning, lease_path
+    cfg = tiny_config(tmp_path, rounds=3)
+    n = SwarmNode(cfg, transport=MemoryTransport(), log=lambda *_: None)
+    n.resume(); n.step()
+    real = SwarmNode.finish_round
+    def slept(self, state):  # the round trains; meanwhile the lease is taken over
+        row = real(self, state)
+        info = json.loads(lease_path(cfg).read_text())
+        lease_path(cfg).write_text(json.dumps(dict(info, token="f" * 32, pid=info["pid"] + 1)))
+        return row
+    monkeypatch.setattr(SwarmNode, "finish_round", slept)
+    with pytest.raises(NodeRunning, match="names another holder.*stopping before the metrics row of round 1"):
+        n.step()
+    assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0]
