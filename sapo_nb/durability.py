@@ -317,13 +317,10 @@ def _untie(tensors:dict) -> dict:
     return out
 
 # %% ../nbs/14_durability.ipynb #442f41d1
-def _pid_alive(text:str) -> bool:
-    "Whether `text` is the pid of another process alive on this host: its half-written checkpoint is left alone."
-    if not text.isdigit() or int(text) == os.getpid(): return False
-    try: os.kill(int(text), 0)
-    except (ProcessLookupError, OverflowError, ValueError): return False
-    except PermissionError: return True  # alive, another user's
-    return True
+def _other_saver_alive(text:str) -> bool:
+    "Whether `text` (a temporary checkpoint's suffix) is the pid of another live process here: its save is left alone."
+    if not text.isdigit() or not 1 < int(text) < 2**31 or int(text) == os.getpid(): return False
+    return _pid_alive(int(text))
 
 def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
                     random_state=None, # the CPU random state its node draws from (None: the process's)
@@ -335,7 +332,7 @@ def save_checkpoint(folder, round:int, model, optimizer, state:dict, keep:int=1,
     folder = Path(folder)
     final, tmp = folder / f"round_{round}", folder / f".tmp_round_{round}_{os.getpid()}"
     for name in list_dir(folder):
-        if name.startswith(".tmp_round_") and not _pid_alive(name.rsplit("_", 1)[-1]):
+        if name.startswith(".tmp_round_") and not _other_saver_alive(name.rsplit("_", 1)[-1]):
             with suppress(OSError): remove(folder / name)  # left by a killed save (a link there stays)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     rng = dict(torch=(torch.get_rng_state() if random_state is None else random_state).tolist(),
