@@ -96,8 +96,10 @@ def stopped(a) -> bool:
     """Whether the committed runs cross an interim look's boundary, which stops the plan. At the final look nothing
     is left to stop but the last seed's remaining arms, which the report counts on: they run."""
     from sapo_nb.analysis import load_runs, plan_verdict
+    from sapo_nb.experiments import PLANS
     if not (Path(a.data) / a.plan).is_dir(): return False  # nothing has landed yet
-    v = plan_verdict(load_runs(Path(a.data) / a.plan))
+    plan = PLANS.get(a.plan, {})  # a complete run is the plan's, whatever else the folder holds
+    v = plan_verdict(load_runs(Path(a.data) / a.plan), nodes=plan.get("nodes"), rounds=plan.get("rounds"))
     print(f"{a.plan}: {v['sentence']}", flush=True)
     return v["look"] == "interim" and v["verdict"] in ("helps", "hurts")
 

@@ -21,7 +21,7 @@ __all__ = ['PROVENANCE_COLUMNS', 'EXTRA_COLUMNS_MAX', 'ID_COLUMNS', 'METRIC_COLU
            'inert_label', 'load_runs', 'config_shapes', 'config_order', 'resolve_config', 'cumulative_reward',
            'node_cumulative', 'permutation_test', 'improvement', 'compare_configs', 'metric_label',
            'artefact_along_runs', 'seed_comparison', 'provenance_summary', 'config_summary', 'arm_table',
-           'complete_runs', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'load_eval_items',
+           'complete_runs', 'landed_runs', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'load_eval_items',
            'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards',
            'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j',
            'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
@@ -569,12 +569,24 @@ def complete_runs(df:pd.DataFrame, # tidy metrics (`load_runs`)
                   nodes:int|None=None, # the nodes of a complete run (None: as many as any run has)
                   rounds:int|None=None, # the rounds of a complete run (None: up to the last any node reached)
                  ) -> pd.DataFrame: # the rows of the runs that went all the way
-    "The rows of the runs whose `nodes` nodes each reached round `rounds` - 1 (by default: as many, as far as any run)."
+    """The rows of the runs whose `nodes` nodes each logged every round from its first up to `rounds` - 1 (by
+    default: as many nodes, as far as any run); a node that joined late counts from its first round."""
     if df.empty: return df
-    last = df.groupby(["run", "node_id"])["round"].max()
-    reached, count = last.groupby("run").min(), last.groupby("run").size()
-    whole = reached[(reached >= (last.max() if rounds is None else rounds - 1)) & (count >= (nodes or count.max()))]
-    return df[df.run.isin(whole.index)]
+    by_node = df.groupby(["run", "node_id"])["round"]
+    first, last = by_node.min(), by_node.max()
+    target = (last.max() + 1) if rounds is None else rounds
+    whole_node = (last >= target - 1) & (by_node.nunique() >= last - first + 1)  # the last round, and no gap
+    per_run = whole_node.groupby("run")
+    count = whole_node.groupby("run").size()
+    whole = per_run.all() & (count >= (nodes or count.max()))
+    return df[df.run.isin(whole[whole].index)]
+
+# %% ../nbs/19_analysis.ipynb #5a5a2e63
+def landed_runs(df:pd.DataFrame) -> pd.DataFrame: # the rows of the complete runs
+    """`complete_runs` judged within each configuration (a plan's arms share their nodes and rounds, other
+    configurations need not: a strong node's 300 rounds beside 100-round arms): what a report compares."""
+    if df.empty or "config" not in df.columns: return complete_runs(df)
+    return pd.concat([complete_runs(g) for _, g in df.groupby("config", dropna=False)])
 
 # %% ../nbs/19_analysis.ipynb #c0a6f5f0
 def plan_progress(
@@ -801,9 +813,11 @@ def plan_verdict(
     looks=PLAN_LOOKS, # (pairs, p boundary) per look, in order; the last is the final look
     margin_pct:float=5.0, # equivalence margin, in % of the baseline's mean
     mixed_commits:bool=False, # see `paired_by_seed`
+    nodes:int|None=None, # the nodes of a complete run (the plan's; None: as many as any run has)
+    rounds:int|None=None, # the rounds of a complete run (the plan's; None: as far as any run went)
 ) -> dict: # look, pairs, boundary, verdict, sentence, and `compare_by_seed`'s result at that look
     "The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed."
-    df = complete_runs(df)
+    df = complete_runs(df, nodes, rounds)
     both = len(df) and {a, b} <= set(df.config)  # a plan's first runs hold one configuration only
     have = set(paired_by_seed(df, metric, a, b, summary, mixed_commits).seed) if both else set()
     done = [(k, n, p) for k, (n, p) in enumerate(looks) if set(range(n)) <= have]
@@ -822,7 +836,8 @@ def plan_verdict(
                 f"({metric_units(metric)}), 95% CI [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}], "
                 f"{r['rel_pct']:+.1f}% of {b}{fieller}; paired t p = {r['p_value']:.3g} "
                 f"against the boundary {bound:g}; "
-                f"equivalence within ±{margin_pct:g}% p = {r['p_equivalence']:.3g}. Verdict: {verdict}.")
+                f"equivalence within ±{margin_pct:g}% p = {r['p_equivalence']:.3g}. Verdict: {verdict}."
+                + (f" Provenance: {r['provenance']}." if r.get("provenance") else ""))  # said wherever it is reported
     return dict(r, look="final" if last else "interim", pairs=n, boundary=bound, verdict=verdict, sentence=sentence)
 
 # %% ../nbs/19_analysis.ipynb #f75ba326
@@ -1283,9 +1298,14 @@ def write_report(
     df = load_runs(path)
     if df.empty: raise ValueError(f"no runs under {path}: expected logs/<node_id>/metrics.jsonl in it or below it")
     out = Path(out_html) if out_html is not None else (path if path.is_dir() else path.parent) / "report.html"
+    whole = landed_runs(df)  # a run still going would be paired with finished ones on its latest curve point
+    going = sorted(set(df.run) - set(whole.run))
+    df = whole if len(whole) else df
     base = resolve_config(df, baseline)
     cs = config_summary(df, base, mixed_commits)
     parts = [*_headline_sections(path, df, base, cs),
+             *([f"<p class='note'>Still going, left out of every table and figure below: "
+                f"{html.escape(', '.join(map(str, going)))}.</p>"] if going and len(whole) else []),
              *_comparison_sections(df, base, cs, n_boot, alpha, effect, margin_pct, mixed_commits),
              *_aha_section(df, delta, aha_window), *_peers_section(path), *_figure_sections(df, base, window, n_boot)]
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>SAPO report</title><style>{_CSS}</style>"

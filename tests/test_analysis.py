@@ -219,3 +219,14 @@ def test_curve_area_is_the_mean_of_the_interpolated_curve(points):
     x, y = map(np.array, zip(*sorted(points)))
     grid = np.linspace(x[0], x[-1], 400_001)
     assert abs(curve_area(*map(np.array, zip(*points))) - np.interp(grid, x, y).mean()) < 1e-4
+
+
+def test_report_leaves_out_a_run_still_going(tmp_path):
+    """A run still going (here 2/2 seed 1 at round 11 of 30) is not paired with finished runs on its latest curve
+    point: the report says it is still going and compares the finished ones."""
+    from sapo_nb.analysis import synthetic_runs, write_report
+    root = synthetic_runs(tmp_path / "runs", eval_every=10)
+    for f in (root / "2-2" / "seed_1" / "logs").glob("*/metrics.jsonl"):
+        f.write_text("".join(f.read_text().splitlines(keepends=True)[:12]))
+    page = write_report(root, tmp_path / "r.html").read_text()
+    assert "Still going, left out of every table and figure below: 2-2/seed_1." in page
