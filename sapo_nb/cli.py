@@ -276,13 +276,18 @@ def add_report_command(sub) -> argparse.ArgumentParser:
     rp.add_argument("path", help="an experiment folder, or a folder of runs")
     rp.add_argument("--out", default=None, help="where to write the report (default: PATH/report.html)")
     rp.add_argument("--window", type=int, default=100, help="moving-average window in rounds (clipped for short runs)")
+    rp.add_argument("--mixed-commits", action="store_true",
+                    help="compare runs of different recorded library commits (the tables say so)")
+    rp.add_argument("--margin-pct", type=float, default=None,
+                    help="an equivalence margin stated in advance, in %% of the baseline's mean (TOST on every metric)")
     return rp
 
 # %% ../nbs/22_cli.ipynb #7cc9c906
 def run_report(args) -> int:
     "`sapo report`: write the report and print where; 2 with a message when it cannot."
     from sapo_nb.analysis import write_report
-    try: print(write_report(args.path, args.out, window=args.window))
+    try: print(write_report(args.path, args.out, window=args.window, margin_pct=args.margin_pct,
+                            mixed_commits=args.mixed_commits))
     except (ValueError, FileNotFoundError) as e:
         print(f"sapo report: {e}", file=sys.stderr)
         return 2

@@ -319,7 +319,7 @@ def commit_check(
     if len(commits) > 1 and not mixed_commits:
         listing = "; ".join(f"{r}: {', '.join(c[:12] for c in sorted(cs))}" for r, cs in sorted(known.items()))
         raise ValueError(f"the runs compared come from {len(commits)} commits ({listing}); "
-                         "pass mixed_commits=True to compare them anyway")
+                         "pass mixed_commits=True (sapo report --mixed-commits) to compare them anyway")
     notes = ([f"{'mixed commits' if len(commits) > 1 else 'commit'} {', '.join(c[:12] for c in commits)}"]
              if commits else [])
     # noqa: E712, an object column of True/False/NaN
