@@ -14,10 +14,10 @@ from .core import (is_count, is_finite, node_dirs, open_regular, printable_text,
                           trust_root, valid_metrics_row)
 
 # %% auto #0
-__all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit', 'node_state',
-           'node_status', 'PeerAccounts', 'peer_table', 'short_peer', 'refusal_text', 'format_peers', 'swarm_status',
-           'format_status', 'MetricsReader', 'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines',
-           'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
+__all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PACE_ROWS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit',
+           'wall_pace', 'node_state', 'node_status', 'PeerAccounts', 'peer_table', 'short_peer', 'refusal_text',
+           'format_peers', 'swarm_status', 'format_status', 'MetricsReader', 'moving_average', 'NodeSeries',
+           'SwarmWatcher', 'tail_lines', 'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
 
 # %% ../nbs/17_monitor.ipynb #5cd7edc2
 def _run_length(x) -> bool: return is_count(x) and x >= 1
@@ -37,17 +37,28 @@ def stale_limit(seconds_per_round:float) -> float:
     `max(STALE_FLOOR, STALE_ROUNDS * seconds_per_round)`."""
     return max(STALE_FLOOR, STALE_ROUNDS * seconds_per_round)
 
+PACE_ROWS = 10  # the newest rows whose time gaps give a node's pace
+
+def wall_pace(rows) -> float|None:
+    """The median wall-clock seconds between a node's newest `PACE_ROWS` + 1 rows (None below two): its round, its
+    wait for the other nodes' turns in one process, and no single slow round. A row's own `seconds.total` is the
+    node's working time only."""
+    times = [r["time"] for r in list(rows)[-PACE_ROWS - 1:]]
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b >= a)
+    return gaps[len(gaps) // 2] if gaps else None
+
 # %% ../nbs/17_monitor.ipynb #73b9f966
 def node_state(last:dict|None, # the node's newest valid metrics row; None: it has written none
                total:int|None, # rounds it was started with (`planned_rounds`); None: unknown
                now:float, # the time to judge at (`time.time()`)
                stale_after:float|None=None, # seconds of silence that make it stale; None: `stale_limit` of its pace
+               pace:float|None=None, # its wall-clock seconds per round (`wall_pace`); None: its row's working time
               ) -> str:
     """'done' when `last` is round `total - 1` or later; else 'stale' if it is older than the limit, else 'alive';
     '-' with no row."""
     if last is None: return "-"
     if total is not None and last["round"] + 1 >= total: return "done"
-    limit = stale_limit(last["seconds"]["total"]) if stale_after is None else stale_after
+    limit = stale_limit(max(last["seconds"]["total"], pace or 0.0)) if stale_after is None else stale_after
     return "stale" if now - last["time"] > limit else "alive"
 
 # %% ../nbs/17_monitor.ipynb #440dd945
@@ -58,17 +69,18 @@ def node_status(node:str, # the node's name: its folder under `logs/`
                 total:int|None, # the rounds it was started with; None: unknown
                 now:float, # the time to judge at
                 stale_after:float|None=None, # as in `node_state`
+                pace:float|None=None, # its wall-clock seconds per round (`wall_pace`); None: its row's working time
                ) -> dict:
     """The status of `node` from its newest valid row `last` (None: no row yet), having read `rounds` rows and
-    skipped `skipped` lines."""
-    state = node_state(last, total, now, stale_after)
+    skipped `skipped` lines; its ETA at its wall-clock `pace`."""
+    state = node_state(last, total, now, stale_after, pace)
     row = dict(node=node, rounds=rounds, last_round=None, reward=None, seconds_per_round=None, idle_seconds=None,
                skipped=skipped, total_rounds=total, eta_seconds=None, state=state, stale=state == "stale")
     if last is not None:
         spr = last["seconds"]["total"]
         row.update(last_round=last["round"], reward=last["reward_train"], seconds_per_round=spr,
                    idle_seconds=now - last["time"])
-        if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * spr
+        if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * (pace or spr)
     return row
 
 # %% ../nbs/17_monitor.ipynb #47f3ed0e
@@ -168,7 +180,7 @@ def swarm_status(root, # the runs folder
         read = read_jsonl(d / "metrics.jsonl")
         rows = [r for r in read if valid_metrics_row(r)]
         out.append(dict(node_status(d.name, rows[-1] if rows else None, len(rows), len(read) - len(rows),
-                                    total.get(d.name), now, stale_after), peers=peer_table(rows)))
+                                    total.get(d.name), now, stale_after, wall_pace(rows)), peers=peer_table(rows)))
     for row in out: row["state"] = _with_process(row["state"], _lease_process(exp, row["node"], row["state"]))
     return out
 
@@ -294,7 +306,7 @@ def status(self:SwarmWatcher,
         s = self.nodes.get(name)
         last = s.last_rows[-1] if s is not None and s.last_rows else None
         row = node_status(name, last, len(s.rewards) if s else 0, s.reader.bad if s else 0, self.total_rounds.get(name),
-                          now, stale_after)
+                          now, stale_after, wall_pace(s.last_rows) if s else None)
         row["state"] = _with_process(row["state"], states.get(name) or _lease_process(self.dir, name, row["state"]))
         row["peers"] = s.peers.table() if s else []
         out.append(row)
