@@ -1161,7 +1161,9 @@ def _peers_section(path) -> list:
     from sapo_nb.core import valid_metrics_row
     runs = find_runs(path)
     if len(runs) > PEER_REPORT_RUNS: return []
-    rows = [dict(run=run.name, node=f.parent.name, peer=short_peer(t["peer"]), offered=t["offered"], taken=t["taken"],
+    # named from `path` down: `4-0/seed_0`, not a bare `seed_0` that two configurations share
+    rows = [dict(run=run_info(run, path)["run"], node=f.parent.name, peer=short_peer(t["peer"]), offered=t["offered"],
+                 taken=t["taken"],
                  share_pct=round(100 * t["share"], 1), refused=refusal_text(t["refused"]),
                  flagged="yes" if t["flagged"] else "")
             for run in runs for f in node_files(run, "metrics.jsonl")
