@@ -236,12 +236,14 @@ def _pin(key:str, old:dict|None, here:dict, started:bool, told:bool, resolved:di
     """What the plan's runs are pinned to under `key` (`_PINS`): what ran its first rounds (with any field it did not
     record yet taken from `here` when the rest agrees), kept as it is when told; `here` before the plan starts."""
     pinned = (old or {}).get(key)
-    if started and old is not None and not pinned:  # a record written before this pin existed
-        log(f"note: plan {resolved['name']} began before its {_PINS[key][0]} was recorded; "
-            "pinning this one from now on")
+    if started and not pinned:  # a record written before this pin existed, or no record (its plan.json lost)
+        log(f"note: plan {resolved['name']} began before its {_PINS[key][0]} was recorded"
+            + ("" if old is not None else " (it has runs but no plan.json)")
+            + "; pinning this one from now on: each run's provenance.jsonl says what ran it")
     if not (pinned and started): return here
-    known = lambda d, k: d.get(k) is not None  # a field one side lacks, or could not read, is not a difference
-    differ = [k for k in pinned if known(pinned, k) and known(here, k) and pinned[k] != here[k]]
+    known = lambda d, k: d.get(k) is not None  # a field one side lacks, or could not read, is not a difference ...
+    unread = lambda k: key == "library" and k == "commit" and not known(here, k)  # ... but a commit it cannot say is
+    differ = [k for k in pinned if known(pinned, k) and (known(here, k) and pinned[k] != here[k] or unread(k))]
     if not differ: return {**here, **pinned}  # a field the pin lacks joins it; one it could not read stays unknown
     what, arg, error, remedy, then = _PINS[key]
     show = lambda d: ", ".join(f"{k} {printable_text(d[k])}" for k in differ)  # plan.json's values: anyone's file
