@@ -144,7 +144,8 @@ def resolve_plan(
                          f"it has {', '.join(configs)}")
     if only: runs = [r for r in runs if r["config"] in only]
     return dict(name=name, description=p.get("description", ""), preset=pre,
-                rounds=p.get("rounds") if rounds is None else rounds, nodes=nodes, seeds=list(seeds), fields=fields,
+                rounds=rounds if rounds is not None else fields.get("rounds", p.get("rounds")),  # what the runs run
+                nodes=nodes, seeds=list(seeds), fields=fields,
                 only=only, dir=str(exp_root), configs=configs, runs=runs, **({"strong": strong} if strong else {}))
 
 # %% ../nbs/20_experiments.ipynb #f7e4bdbc
