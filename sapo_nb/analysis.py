@@ -577,7 +577,7 @@ def complete_runs(df:pd.DataFrame, # tidy metrics (`load_runs`)
     target = (last.max() + 1) if rounds is None else rounds
     whole_node = (last >= target - 1) & (by_node.nunique() >= last - first + 1)  # the last round, and no gap
     per_run = whole_node.groupby("run")
-    count = whole_node.groupby("run").size()
+    count = per_run.size()
     whole = per_run.all() & (count >= (nodes or count.max()))
     return df[df.run.isin(whole[whole].index)]
 

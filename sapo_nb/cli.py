@@ -213,12 +213,12 @@ def run_swarm(args) -> int:
     return 1 if failed else 0
 
 # %% ../nbs/22_cli.ipynb #ef7ca844
-def _has_checkpoint(cfg) -> bool:
-    "Whether node `cfg.node_id` has a checkpoint on disk."
+def _newest_checkpoint(cfg) -> int|None:
+    "The round of node `cfg.node_id`'s newest checkpoint on disk; None when it has none."
     from sapo_nb.core import checkpoint_dir
     from sapo_nb.durability import checkpoint_rounds
-    try: return bool(checkpoint_rounds(checkpoint_dir(cfg)))
-    except OSError: return False  # no folder (or a link where it should be)
+    try: return max(checkpoint_rounds(checkpoint_dir(cfg)), default=None)
+    except OSError: return None  # no folder (or a link where it should be)
 
 def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
             failed:dict|None=None, # node id -> why it stopped
@@ -242,7 +242,7 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
         freed = sum(remove_checkpoints(cfg.root, cfg.experiment, log=out, keep_newest=True).values())
         removed = (f"; older checkpoints removed ({format_bytes(freed)}), {format_bytes(disk_usage(exp))} left"
                    if freed else "")
-        bare = [n for n in nodes if not _has_checkpoint(cfg.replace(node_id=n))]
+        bare = [n for n in nodes if _newest_checkpoint(cfg.replace(node_id=n)) is None]
         out(f"\ndisk: {format_bytes(used)} under {exp} at the end of the run{removed}\n      each node's newest "
             f"checkpoint is kept: its trained weights (sapo save-model writes them out), and what a larger --rounds "
             f"goes on from; {clean} removes them"
@@ -505,17 +505,14 @@ def _parse(argv=None) -> argparse.Namespace:
 def _stopped(args, argv) -> str:
     "What Ctrl-C leaves: per node, the rounds logged and the newest checkpoint, and the command that goes on."
     import shlex
-    from sapo_nb.core import checkpoint_dir
-    from sapo_nb.durability import checkpoint_rounds, rounds_logged
+    from sapo_nb.durability import rounds_logged
     if args.command not in ("swarm", "node"): return "sapo: stopped"
     try:
         from sapo_nb.swarm import node_configs
         cfg = config_from_args(args)
         lines = []
         for c in [cfg] if args.command == "node" else node_configs(cfg, args.nodes, args.override):
-            logged = rounds_logged(c)
-            try: kept = max(checkpoint_rounds(checkpoint_dir(c)), default=None)
-            except OSError: kept = None
+            logged, kept = rounds_logged(c), _newest_checkpoint(c)
             lines.append(f"  {c.node_id}: {counted(logged, 'round')} logged; "
                          + ("it starts at its first round" if not logged and kept is None else
                             "no checkpoint yet: it starts over (its rows kept aside)" if kept is None else
