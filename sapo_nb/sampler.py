@@ -51,7 +51,7 @@ REBUILD_REASONS = {
     "unknown_task": "the task is not in this node's mix",
     "bad_item": "the item cannot be rebuilt under this node's mix (malformed, out of range, unanswerable)",
     "question_mismatch": "the question the peer sent differs from the one rebuilt from its item",
-    "eval_question": "the question is, by text, one of this mix's held-out evaluation questions",
+    "eval_question": "the question is, by problem, one of this mix's held-out evaluation questions",
     "duplicate": "the sender already offered the same group (question and completions) for the same round",
     "score_error": "the local reward function failed on the group's completions",
     "over_budget": ("the round's scoring budget, or the sender's fair share of it, "
@@ -70,7 +70,7 @@ def rebuild_entry(g, # a candidate group from the pool
     try: entry = rebuild_item(mix, g.task, g.item)
     except ItemError as e: return None, e.reason
     if entry["question"] != g.question: return None, "question_mismatch"
-    return (None, "eval_question") if is_eval_question(mix, entry["question"]) else (entry, None)
+    return (None, "eval_question") if is_eval_question(mix, entry) else (entry, None)
 
 # %% ../nbs/11_sampler.ipynb #da684658
 def _score_all(reward_fn, pairs, budget, owners):

@@ -4,16 +4,17 @@
 
 # %% ../nbs/02_tasks.ipynb #17cc63b4
 from __future__ import annotations
-import contextlib, copy, functools, hashlib, io, math, random
+import contextlib, copy, functools, hashlib, io, json, math, random
 from typing import Any, Iterator
 from fastcore.basics import patch
 from .core import safe_text
 
 # %% auto #0
 __all__ = ['TASK_NAMES', 'MIXES', 'ITEM_CHUNK', 'TRAIN_SEEDS', 'TRAIN_SEED_LIMIT', 'EVAL_SET_SIZE', 'SMALL_SPACE_SHARE',
-           'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES', 'mix_components', 'mix_settings', 'make_dataset',
-           'quiet_item', 'question_key', 'component_names', 'space_estimate', 'is_eval_question', 'eval_items',
-           'derive_seed', 'TaskStream', 'ItemError', 'rebuild_item', 'build_messages', 'format_prompt']
+           'PROBLEM_FIELDS', 'SYSTEM_PROMPT', 'SHORT_INSTRUCTION', 'PROMPT_STYLES', 'mix_components', 'mix_settings',
+           'make_dataset', 'quiet_item', 'question_key', 'problem_key', 'component_names', 'space_estimate',
+           'is_eval_question', 'eval_items', 'derive_seed', 'TaskStream', 'ItemError', 'rebuild_item', 'build_messages',
+           'format_prompt']
 
 # %% ../nbs/02_tasks.ipynb #dd2f481c
 TASK_NAMES = ("base_conversion", "basic_arithmetic", "arc_1d", "bf", "propositional_logic",
@@ -131,6 +132,25 @@ def question_key(text) -> str:
     "A question's text as held-out disjointness compares it: whitespace collapsed, case folded."
     return " ".join(str(text).split()).casefold()
 
+# %% ../nbs/02_tasks.ipynb #b0be441e
+PROBLEM_FIELDS = {  # metadata that states the problem, for tasks that word one problem several ways
+    "base_conversion": ("decimal_value", "source_base", "target_base"),
+    "basic_arithmetic": ("expression",),
+    "bf": ("bf_program",),
+    "calendar_arithmetic": ("task", "year", "target_date", "start_date", "end_date", "month", "ordinal", "weekday"),
+    "fraction_simplification": ("numerator", "denominator"),
+}
+
+# %% ../nbs/02_tasks.ipynb #7e4cd6b2
+def problem_key(entry:dict, # a ReasoningGym entry tagged with its `task` (a stream's, or one rebuilt for a peer)
+               ) -> str:
+    """What held-out disjointness compares: for a task of `PROBLEM_FIELDS` the problem its metadata states, whatever
+    the wording; for any other task the `question_key` of its text."""
+    fields = PROBLEM_FIELDS.get(entry.get("task"))
+    if not fields: return "text:" + question_key(entry["question"])
+    meta = entry.get("metadata") or {}
+    return json.dumps([entry["task"], [meta.get(f) for f in fields]], default=str)
+
 # %% ../nbs/02_tasks.ipynb #f6111fc3
 def component_names(mix:str) -> list[str]:
     """A distinct name per component of `mix`: its task, numbered `task/k` where the mix holds the task more than
@@ -164,14 +184,14 @@ def space_estimate(draws:int, distinct:int) -> float:
 
 # %% ../nbs/02_tasks.ipynb #f4f0d0e9
 def _component_cap(mix:str, k:int) -> float:
-    "The most evaluation texts component `k` gives: a share of its question space, estimated from its first chunk."
-    probe = [question_key(e["question"]) for e, _ in zip(_eval_candidates(mix, k), range(ITEM_CHUNK))]
+    "The most evaluation problems component `k` gives: a share of its problem space, estimated from its first chunk."
+    probe = [problem_key(e) for e, _ in zip(_eval_candidates(mix, k), range(ITEM_CHUNK))]
     return SMALL_SPACE_SHARE * space_estimate(len(probe), len(set(probe)))
 
 # %% ../nbs/02_tasks.ipynb #12815d8e
 @functools.lru_cache(maxsize=8)
 def _eval_set(mix:str) -> tuple:
-    "`(entries, keys)`: the mix's `EVAL_SET_SIZE` held-out questions in order, and the set of their `question_key`s."
+    "`(entries, keys)`: the mix's `EVAL_SET_SIZE` held-out questions in order, and the set of their `problem_key`s."
     comps, labels, rng = mix_components(mix), component_names(mix), random.Random(f"sapo-eval:{mix}")
     sources, n = [_eval_candidates(mix, k) for k in range(len(comps))], len(comps)
     taken, cap, out, keys = [0] * n, [math.inf] * n, [], set()
@@ -180,19 +200,19 @@ def _eval_set(mix:str) -> tuple:
         if not live: raise RuntimeError(f"mix {mix!r}: fewer than {EVAL_SET_SIZE} distinct evaluation questions")
         k = rng.choices(live, weights=[comps[j][1] for j in live])[0]
         e = next(sources[k])
-        if question_key(e["question"]) not in keys:
-            keys.add(question_key(e["question"]))
+        if problem_key(e) not in keys:
+            keys.add(problem_key(e))
             out.append(dict(e, component_name=labels[k]))
             taken[k] += 1
         elif cap[k] == math.inf: cap[k] = _component_cap(mix, k)  # a repeat: the space may be small, so measure it
     return tuple(out), frozenset(keys)
 
 # %% ../nbs/02_tasks.ipynb #be362018
-def is_eval_question(mix:str, # a key of `MIXES`
-                     question, # a question text (from a stream, or from a peer: untrusted)
+def is_eval_question(mix:str,    # a key of `MIXES`
+                     entry:dict, # a ReasoningGym entry with its `task`: a stream's, or one rebuilt for a peer
                     ) -> bool:
-    "True when `question` is, by text, one of `mix`'s held-out evaluation questions."
-    return question_key(question) in _eval_set(mix)[1]
+    "True when `entry` is, by `problem_key`, one of `mix`'s held-out evaluation problems."
+    return problem_key(entry) in _eval_set(mix)[1]
 
 # %% ../nbs/02_tasks.ipynb #72339209
 def eval_items(mix:str="paper", # a key of `MIXES`
@@ -236,7 +256,7 @@ class TaskStream:
         self._pos, self._chunk, self._data, self._seeds = [0] * n, [0] * n, [None] * n, [None] * n
         self.drawn = 0                     # questions handed out so far
         self.dropped = 0                   # generated items skipped because no answer can win them
-        self.held_out = 0                  # generated items skipped because their text is an evaluation question
+        self.held_out = 0                  # generated items skipped because they are evaluation problems
 
     def _item(self, k:int) -> dict:
         "The next item of component `k` (reseeding when its chunk is used up), tagged with its `task` and `item`."
@@ -250,13 +270,13 @@ class TaskStream:
         return dict(entry, task=name, item=dict(component=self._in_mix[k], seed=self._seeds[k], index=self._pos[k] - 1))
 
     def _question(self) -> dict:
-        "Pick a component by weight, then its next answerable item whose text is not an evaluation question."
+        "Pick a component by weight, then its next answerable item that is not an evaluation problem."
         from sapo_nb.rewards import is_answerable
         k = self._rng.choices(range(len(self.components)), weights=self._weights)[0]
         for _ in range(100):
             entry = self._item(k)
             if not is_answerable(entry): self.dropped += 1
-            elif is_eval_question(self.mix, entry["question"]): self.held_out += 1
+            elif is_eval_question(self.mix, entry): self.held_out += 1
             else:
                 self.drawn += 1
                 return entry
