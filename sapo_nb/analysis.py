@@ -8,8 +8,9 @@ import html, itertools, json, math, os, re, time, warnings, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .core import (PHASES, RoundMetrics, counted, plural, is_finite, metric_columns, node_files, read_jsonl,
-                          read_node_configs, read_run_config, safe_text)
+from .core import (PHASES, RoundMetrics, counted, first_of_each_round, plural, is_count, is_finite,
+                          metric_columns, node_files, read_jsonl, read_node_configs, read_run_config, safe_text,
+                          valid_metrics_row)
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value,
                                 paired_by_seed, paired_t, per_seed, seeds_for_alpha, selection_split,
                                 t_interval)
@@ -24,7 +25,7 @@ __all__ = ['PROVENANCE_COLUMNS', 'EXTRA_COLUMNS_MAX', 'ID_COLUMNS', 'METRIC_COLU
            'complete_runs', 'landed_runs', 'plan_progress', 'metric_units', 'seed_table', 'findings', 'load_eval_items',
            'per_item_comparison', 'plan_verdict', 'effective_window', 'jump_round', 'aha_rounds', 'fig_rewards',
            'smoothed', 'fig_moving_average', 'fig_cumulative', 'fig_phase_times', 'adaptive_nodes', 'fig_adaptive_j',
-           'held_out_curves', 'fig_held_out', 'compare_with_paper', 'run_summary', 'write_report']
+           'held_out_curves', 'fig_held_out', 'compare_with_paper', 'config_overview', 'write_report']
 
 # %% ../nbs/19_analysis.ipynb #5294e113
 def synthetic_runs(
@@ -96,7 +97,8 @@ def find_runs(
 ) -> list: # run folders (`Path`s), sorted
     "Every folder at or below `path` that holds `logs/<node_id>/metrics.jsonl`."
     path = Path(path)
-    if not path.is_dir(): raise FileNotFoundError(f"no such folder: {path}")
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a folder" if path.exists() else f"no such folder: {path}")
     runs = []
     for d, dirs, _ in os.walk(path):
         if "logs" in dirs and node_files(d, "metrics.jsonl"): runs.append(Path(d))  # real node folders, no links
@@ -162,7 +164,8 @@ def run_info(
 
 # %% ../nbs/19_analysis.ipynb #cf538de0
 EXTRA_COLUMNS_MAX = 64  # names outside the schema a table keeps (a row's own keys: anyone's)
-ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive")  # then the metrics, then `PROVENANCE_COLUMNS`
+ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive",  # then the metrics, then `PROVENANCE_COLUMNS`
+              "planned_rounds")
 METRIC_COLUMNS = metric_columns()  # `core.RoundMetrics`, flattened; held-out columns are NaN where not evaluated
 
 # %% ../nbs/19_analysis.ipynb #c8557012
@@ -201,20 +204,28 @@ def load_runs(
     path, # a run folder, or any folder with run folders below it
 ) -> pd.DataFrame: # one row per node per round
     """Every node's metrics of every run at or below `path`, as one tidy table: the schema's columns, and at most
-    `EXTRA_COLUMNS_MAX` other names rows carry (a warning says how many values under further names were left out)."""
-    rows, root, extra_names, left_out = [], Path(path), set(), 0
+    `EXTRA_COLUMNS_MAX` other names rows carry (a warning says how many values under further names were left out).
+    Rows that are not valid (`core.valid_metrics_row`) are left out, and a round's second row, as `sapo status` and
+    the panel leave them out (a warning counts them)."""
+    rows, root, extra_names, left_out, invalid = [], Path(path), set(), 0, 0
     known = {*ID_COLUMNS, *METRIC_COLUMNS, *PROVENANCE_COLUMNS}
     for run_dir in find_runs(root):
         info, nodes = run_info(run_dir, root), read_node_configs(run_dir)
         for f in node_files(run_dir, "metrics.jsonl"):
             node = f.parent.name  # the folder is authoritative: a node writes only its own
-            adaptive = str(nodes.get(node, {}).get("adaptive", "off"))
-            for r in map(_flat_row, read_jsonl(f)):
-                if r is None: continue
+            cfg = nodes.get(node, {})
+            adaptive, planned = str(cfg.get("adaptive", "off")), cfg.get("rounds")
+            planned = planned if is_count(planned) and planned >= 1 else None
+            read = read_jsonl(f)
+            valid = first_of_each_round(r for r in read if valid_metrics_row(r))
+            invalid += len(read) - len(valid)
+            for r in map(_flat_row, valid):
                 for k in [k for k in r if k not in known and k not in extra_names]:  # a name per row would be a
                     if len(extra_names) < EXTRA_COLUMNS_MAX: extra_names.add(k)    # column per row: out of memory
                     else: del r[k]; left_out += 1
-                rows.append({**r, **info, "node_id": node, "adaptive": adaptive})
+                rows.append({**r, **info, "node_id": node, "adaptive": adaptive, "planned_rounds": planned})
+    if invalid: warnings.warn(f"load_runs: {invalid} metrics rows under {path} are not valid rows, or repeat a round "
+                              "already read; left out", RuntimeWarning, stacklevel=2)
     if left_out: warnings.warn(f"load_runs: the metrics rows under {path} carry more than {EXTRA_COLUMNS_MAX} names "
                                f"outside the schema; {left_out} values under further names were left out",
                                RuntimeWarning, stacklevel=2)
@@ -229,7 +240,7 @@ def load_runs(
         df[c] = pd.to_numeric(col, errors="coerce").astype(float).replace([np.inf, -np.inf], np.nan)
     if df.empty: return df
     df = _inert(df, ("run", "config", "node_id", "adaptive", "model", "cpu", "device"))  # read from files
-    df = df.drop_duplicates(["run", "node_id", "round"], keep="last")
+    df["planned_rounds"] = pd.to_numeric(df["planned_rounds"], errors="coerce").astype(float)
     df["seed"], df["round"] = df["seed"].astype(int), df["round"].astype(int)
     df["adaptive"] = df["adaptive"].fillna("off")
     missing = df["config"].isna()  # no seed folder and no config.json: name the configuration from the metrics
@@ -567,14 +578,18 @@ def arm_table(
 # %% ../nbs/19_analysis.ipynb #ef1d56dc
 def complete_runs(df:pd.DataFrame, # tidy metrics (`load_runs`)
                   nodes:int|None=None, # the nodes of a complete run (None: as many as any run has)
-                  rounds:int|None=None, # the rounds of a complete run (None: up to the last any node reached)
+                  rounds:int|None=None, # the rounds of a complete run (None: each node's `planned_rounds`, else
+                                        # up to the last any node reached)
                  ) -> pd.DataFrame: # the rows of the runs that went all the way
     """The rows of the runs whose `nodes` nodes each logged every round from its first up to `rounds` - 1 (by
-    default: as many nodes, as far as any run); a node that joined late counts from its first round."""
+    default: as many nodes, each as far as it was started to go, or as far as any run where its config does not
+    say); a node that joined late counts from its first round."""
     if df.empty: return df
     by_node = df.groupby(["run", "node_id"])["round"]
     first, last = by_node.min(), by_node.max()
-    target = (last.max() + 1) if rounds is None else rounds
+    planned = (df.groupby(["run", "node_id"])["planned_rounds"].max() if "planned_rounds" in df.columns
+               else pd.Series(np.nan, index=last.index))
+    target = planned.fillna(last.max() + 1) if rounds is None else rounds
     whole_node = (last >= target - 1) & (by_node.nunique() >= last - first + 1)  # the last round, and no gap
     per_run = whole_node.groupby("run")
     count = per_run.size()
@@ -769,9 +784,9 @@ def load_eval_items(
         info = run_info(run_dir, root)
         for f in node_files(run_dir, "eval_items.jsonl"):
             for record in read_jsonl(f): rows += _item_rows(info, f.parent.name, record)
-    # a record written twice (a start stopped in its first round, then run again) counts once: the last, as metrics
+    # a record written twice (a start stopped in its first round, then run again) counts once: the first, as metrics
     return (_inert(pd.DataFrame(rows, columns=list(EVAL_ITEM_COLUMNS)), ("run", "config", "node_id"))
-            .drop_duplicates(["run", "node_id", "round", "when", "key"], keep="last").reset_index(drop=True))
+            .drop_duplicates(["run", "node_id", "round", "when", "key"], keep="first").reset_index(drop=True))
 
 # %% ../nbs/19_analysis.ipynb #b4a8db2d
 def per_item_comparison(
@@ -1119,7 +1134,7 @@ _CSS = ("body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max
         "code{background:#f4f4f4;padding:0 3px}")
 
 # %% ../nbs/19_analysis.ipynb #a8587d1c
-def run_summary(df:pd.DataFrame) -> pd.DataFrame:
+def config_overview(df:pd.DataFrame) -> pd.DataFrame:
     "One row per configuration: I, J, G, model, runs, seeds, nodes, rounds, mean reward early/late, seconds per round."
     sh = config_shapes(df)
     q = df.assign(_late=df["round"] >= df.groupby(["run", "node_id"])["round"].transform(lambda r: r.quantile(0.9)),
@@ -1155,11 +1170,12 @@ def _table(t:pd.DataFrame) -> str:
 # %% ../nbs/19_analysis.ipynb #4e870465
 PEER_REPORT_RUNS = 4  # a report of more runs leaves the per-peer tables out (`sapo status` shows one run's)
 
-def _peers_section(path) -> list:
+def _peers_section(path, # the report's folder
+                   runs, # the names of the runs the report compares (`run` of `load_runs`)
+                  ) -> list:
     "The report's per-peer section: what each node took from and refused of each peer (`monitor.peer_table`)."
     from sapo_nb.monitor import peer_table, refusal_text, short_peer
-    from sapo_nb.core import valid_metrics_row
-    runs = find_runs(path)
+    runs = [run for run in find_runs(path) if run_info(run, path)["run"] in set(runs)]
     if len(runs) > PEER_REPORT_RUNS: return []
     # named from `path` down: `4-0/seed_0`, not a bare `seed_0` that two configurations share
     rows = [dict(run=run_info(run, path)["run"], node=f.parent.name, peer=short_peer(t["peer"]), offered=t["offered"],
@@ -1197,7 +1213,7 @@ def _headline_sections(path:Path, df:pd.DataFrame, base:str, cs:pd.DataFrame) ->
     e = html.escape
     return [f"<h1>SAPO report</h1><p class='note'>{e(str(path.resolve()))} · {df.run.nunique()} runs · "
             f"{len(df)} node-rounds · written {time.strftime('%Y-%m-%d %H:%M')}</p>",
-            "<h2>Runs</h2>", _table(run_summary(df)),
+            "<h2>Runs</h2>", _table(config_overview(df)),
             f"<h2>Headline: one row per configuration (baseline {e(str(base))})</h2>",
             f"<p class='note'>{_HEADLINE_NOTE}</p>", _table(cs)]
 
@@ -1301,15 +1317,19 @@ def write_report(
     if df.empty: raise ValueError(f"no runs under {path}: expected logs/<node_id>/metrics.jsonl in it or below it")
     out = Path(out_html) if out_html is not None else (path if path.is_dir() else path.parent) / "report.html"
     whole = landed_runs(df)  # a run still going would be paired with finished ones on its latest curve point
-    going = sorted(set(df.run) - set(whole.run))
+    going = html.escape(", ".join(map(str, sorted(set(df.run) - set(whole.run)))))
+    note = ("" if not going else
+            f"<p class='note'>Still going, left out of every table and figure below: {going}.</p>" if len(whole) else
+            f"<p class='note'><b>Interim:</b> no run has finished, so every table and figure below is of runs "
+            f"still going, at the rounds they reached ({going}); a held-out number is the newest curve point, "
+            "not a final evaluation.</p>")
     df = whole if len(whole) else df
     base = resolve_config(df, baseline)
     cs = config_summary(df, base, mixed_commits)
-    parts = [*_headline_sections(path, df, base, cs),
-             *([f"<p class='note'>Still going, left out of every table and figure below: "
-                f"{html.escape(', '.join(map(str, going)))}.</p>"] if going and len(whole) else []),
+    parts = [*_headline_sections(path, df, base, cs), note,
              *_comparison_sections(df, base, cs, n_boot, alpha, effect, margin_pct, mixed_commits),
-             *_aha_section(df, delta, aha_window), *_peers_section(path), *_figure_sections(df, base, window, n_boot)]
+             *_aha_section(df, delta, aha_window), *_peers_section(path, set(df.run)),
+             *_figure_sections(df, base, window, n_boot)]
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>SAPO report</title><style>{_CSS}</style>"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>{''.join(parts)}</body></html>")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -300,14 +300,24 @@ def add_status_command(sub) -> argparse.ArgumentParser:
 
 # %% ../nbs/22_cli.ipynb #cc0679c7
 def run_status(args) -> int:
-    "`sapo status`: print the nodes of the run folder and their peers; 0."
+    """`sapo status`: print the nodes of the run folder and their peers; 0 (2: the folder is missing or is not one).
+    A folder with no node but run folders below it (a plan's configuration) names them."""
     from sapo_nb.monitor import swarm_status, format_status, format_peers
-    from sapo_nb.core import trust_root, experiment_dir
+    from sapo_nb.swarm import process_states
+    from sapo_nb.core import trust_root, experiment_dir, list_dir, path_kind
     cfg = _folder_config(args)
-    trust_root(cfg.root)  # read from the root down, never through a link planted below it
-    status = swarm_status(cfg.root, cfg.experiment)
-    print(format_status(status) if status else
-          f"no node has started in {experiment_dir(cfg)} yet (sapo status <root>/<experiment> reads another)")
+    exp = trust_root(cfg.root) / cfg.experiment  # read from the root down, never through a link planted below it
+    if path_kind(exp) != "dir":
+        print(f"sapo status: {experiment_dir(cfg)} is not a folder (missing, or a link)", file=sys.stderr)
+        return 2
+    status = swarm_status(cfg.root, cfg.experiment, states=process_states(exp))
+    if status: print(format_status(status))
+    else:
+        runs = sorted(printable_name(n) for n, kind in list_dir(exp).items()
+                      if kind == "dir" and path_kind(exp / n / "logs") == "dir")
+        print(f"no node has started in {experiment_dir(cfg)} yet" + (
+            f"; the run folders in it: {', '.join(runs[:10])}{', ...' if len(runs) > 10 else ''} "
+            f"(sapo status {experiment_dir(cfg)}/<run>)" if runs else ""))
     if peers := format_peers(status): print("\n" + peers)
     return 0
 
@@ -336,16 +346,18 @@ def run_clean(args) -> int:
         print(f"sapo clean: {exp} is not a sapo_nb run folder (no config.json, no logs/<node>/): nothing removed",
               file=sys.stderr)
         return 2
-    unfinished = [f"{printable_name(s['node'])} ({s['rounds']}/{s['total_rounds'] or '?'} rounds)"
-                  for s in swarm_status(cfg.root, cfg.experiment) if s["state"] != "done"]
+    status = {s["node"]: s for s in swarm_status(cfg.root, cfg.experiment)}
     kept = []
     freed = remove_checkpoints(cfg.root, cfg.experiment, log=lambda line: (kept.append(line), print(line)))
     for node, size in freed.items(): print(f"{node}: {format_bytes(size)} of checkpoints removed")
+    running = any("the node runs" in k for k in kept)
     print(f"freed {format_bytes(sum(freed.values()))}; {format_bytes(disk_usage(exp))} left under {exp} "
-          "(metrics, pool, configs)")
-    if unfinished and freed:
+          f"(metrics, pool, configs{', and the checkpoints of the running nodes' if running else ''})")
+    unfinished = [f"{printable_name(n)} ({s['rounds']}/{s['total_rounds'] or '?'} rounds)"
+                  for n in freed if (s := status.get(n)) and s["state"] != "done"]
+    if unfinished:
         print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
-    return 1 if any("the node runs" in k for k in kept) else 0
+    return 1 if running else 0
 
 # %% ../nbs/22_cli.ipynb #48b585fe
 def add_node_of_run(parser, node_help:str):

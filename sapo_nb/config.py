@@ -12,9 +12,9 @@ from .core import atomic_write, open_regular, printable_text, safe_text
 
 # %% auto #0
 __all__ = ['CHOICES', 'NAME_RE', 'DEVICE_RE', 'CONFIG_FILE_MAX_BYTES', 'FORK_ENV', 'PRESETS', 'COMMAND_PRESET', 'DRIVE_MOUNT',
-           'valid_name', 'valid_device', 'printable_name', 'ConfigError', 'SAPOConfig', 'field_kind', 'config_slice',
-           'parse_field', 'env_overrides', 'resolve_learning_rate', 'load_config', 'preset', 'check_drive_mounted',
-           'field_docs']
+           'valid_name', 'valid_device', 'printable_name', 'ConfigError', 'SAPOConfig', 'evaluation_after',
+           'field_kind', 'config_slice', 'parse_field', 'env_overrides', 'resolve_learning_rate', 'load_config',
+           'preset', 'check_drive_mounted', 'field_docs']
 
 # %% ../nbs/03_config.ipynb #48066c83
 CHOICES = dict(
@@ -298,6 +298,17 @@ def validate(self:SAPOConfig):
         _fail("beta", self.beta, "0 with adapter='lora' (a KL reference is available with adapter='none')")
     return self
 
+
+# %% ../nbs/03_config.ipynb #d5b93e7f
+def evaluation_after(r:int, # a round, counted from 0
+                     rounds:int, # the rounds the node runs
+                     eval_every:int, # `SAPOConfig.eval_every` (0: no evaluation)
+                    ) -> str|None:
+    """The held-out evaluation a node runs after round `r`: 'final' after its last round, 'curve' after every
+    `eval_every`-th, None otherwise (and always when `eval_every` is 0)."""
+    if not eval_every: return None
+    if r + 1 == rounds: return "final"
+    return "curve" if (r + 1) % eval_every == 0 else None
 
 # %% ../nbs/03_config.ipynb #572d8c39
 def field_kind(f):

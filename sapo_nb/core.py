@@ -15,10 +15,11 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'NO_HARD_LINKS', 'JSONL_MAX_BYTES', 'JS
            'REASONS_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES', 'NUMERIC_CPU_FEATURES', 'Group',
            'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append',
            'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'printable_text', 'plural', 'counted',
-           'atomic_write', 'create_once', 'read_json_file', 'read_jsonl', 'append_jsonl', 'read_run_config',
-           'node_dirs', 'node_files', 'read_node_configs', 'experiment_dir', 'metrics_path', 'checkpoint_dir',
-           'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite', 'is_count', 'RoundMetrics',
-           'valid_metrics_row', 'metric_columns', 'machine_type', 'provenance']
+           'atomic_write', 'create_once', 'read_json_file', 'parse_jsonl_line', 'read_jsonl_counted', 'read_jsonl',
+           'append_jsonl', 'read_run_config', 'node_dirs', 'node_files', 'read_node_configs', 'experiment_dir',
+           'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite',
+           'is_count', 'RoundMetrics', 'valid_metrics_row', 'first_of_each_round', 'metric_columns', 'machine_type',
+           'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -300,14 +301,23 @@ def read_json_file(path, limit:int=1 << 20):
     except (ValueError, RecursionError): return None
 
 # %% ../nbs/00_core.ipynb #49ea2192
-def read_jsonl(path, limit:int=JSONL_MAX_BYTES,
-               max_rows:int|None=JSONL_MAX_ROWS, # None: every row (a node's own files, which it rewrites from them)
-              ) -> list:
-    """The objects of a JSON-lines file, its first `limit` bytes and `max_rows` objects at most, read a line at a time;
-    torn, empty, non-object, absurdly nested lines and lines over `JSONL_MAX_LINE` bytes are skipped."""
+def parse_jsonl_line(line:bytes) -> dict|None:
+    """The object one line of a JSON-lines file holds (a byte-order mark before it passed over, bytes that are not
+    UTF-8 replaced); None for a line that is torn, not JSON, not an object or nested too deep to parse."""
+    try: r = json.loads(line.decode(errors="replace").lstrip("\ufeff"))
+    except (ValueError, RecursionError): return None  # a crash mid-write, or a line nested a million deep
+    return r if isinstance(r, dict) else None
+
+def read_jsonl_counted(path, limit:int=JSONL_MAX_BYTES,
+                       max_rows:int|None=JSONL_MAX_ROWS, # None: every row (a node's own files, which it rewrites)
+                      ) -> tuple[list, int]:
+    """`(rows, skipped)`: the objects of a JSON-lines file, its first `limit` bytes and `max_rows` objects at most,
+    read a line at a time, and how many lines were skipped: torn, non-object, absurdly nested, or over
+    `JSONL_MAX_LINE` bytes. Empty lines, and a last line still without its newline (a row being written), are not
+    counted."""
     f = open_regular(path)
-    if f is None: return []
-    rows, left = [], limit
+    if f is None: return [], 0
+    rows, left, skipped = [], limit, 0
     with f:
         while left > 0 and (max_rows is None or len(rows) < max_rows):
             line = f.readline(min(left, JSONL_MAX_LINE + 1))
@@ -316,11 +326,17 @@ def read_jsonl(path, limit:int=JSONL_MAX_BYTES,
             if len(line) > JSONL_MAX_LINE:  # no row is this long: the rest of the line is passed over unread
                 while left > 0 and not line.endswith(b"\n") and (line := f.readline(min(left, 1 << 20))):
                     left -= len(line)
+                skipped += 1
                 continue
-            try: r = json.loads(line.decode(errors="replace"))
-            except (ValueError, RecursionError): continue  # a crash mid-write, or a line nested a million deep
-            if isinstance(r, dict): rows.append(r)
-    return rows
+            if (r := parse_jsonl_line(line)) is not None: rows.append(r)
+            elif line.strip() and line.endswith(b"\n"): skipped += 1
+    return rows, skipped
+
+def read_jsonl(path, limit:int=JSONL_MAX_BYTES,
+               max_rows:int|None=JSONL_MAX_ROWS, # None: every row (a node's own files, which it rewrites from them)
+              ) -> list:
+    "The objects of a JSON-lines file (`read_jsonl_counted` without the count)."
+    return read_jsonl_counted(path, limit, max_rows)[0]
 
 # %% ../nbs/00_core.ipynb #75f33861
 def append_jsonl(path, row:dict):
@@ -360,13 +376,20 @@ def node_files(run_dir, name:str) -> list:
     return out
 
 # %% ../nbs/00_core.ipynb #0a017569
+def _written_at(path) -> float:
+    "When `path` (not a link it may be) was last written; -inf where it cannot be read."
+    try: return os.stat(path, follow_symlinks=False).st_mtime
+    except OSError: return -math.inf
+
 def read_node_configs(run_dir) -> dict:
-    """{node id: config dict} of a run: the nodes of `run_dir/config.json`, then `logs/<node>/config.json`
-    of any node it lacks."""
+    """{node id: config dict} of a run, per node from the newer of `run_dir/config.json` and the node's own
+    `logs/<node>/config.json`."""
     run_dir = Path(run_dir)
     out = {c["node_id"]: c for c in read_run_config(run_dir) if isinstance(c.get("node_id"), str)}
+    swarm_written = _written_at(run_dir / "config.json")
     for d in node_dirs(run_dir):
-        c = read_json_file(d / "config.json", limit=NODE_CONFIG_MAX_BYTES) if d.name not in out else None
+        if d.name in out and _written_at(d / "config.json") <= swarm_written: continue
+        c = read_json_file(d / "config.json", limit=NODE_CONFIG_MAX_BYTES)
         if isinstance(c, dict): out[d.name] = c
     return out
 
@@ -498,6 +521,16 @@ def valid_metrics_row(row) -> bool:
     "Whether `row` has every required field and every field it has passes its check (extra fields are allowed)."
     return (isinstance(row, dict) and all(k in row for k, m in METRIC_FIELDS.items() if m["required"])
             and all(m["check"](row[k]) for k, m in METRIC_FIELDS.items() if k in row))
+
+# %% ../nbs/00_core.ipynb #35f5d5cd
+def first_of_each_round(rows) -> list:
+    "`rows` (valid metrics rows) with only the first row of each round, in their order."
+    seen, out = set(), []
+    for r in rows:
+        if r["round"] not in seen:
+            seen.add(r["round"])
+            out.append(r)
+    return out
 
 # %% ../nbs/00_core.ipynb #dbe01389
 def metric_columns() -> tuple:

@@ -63,7 +63,11 @@ LEASE_SKEW = 60.0       # a heartbeat further than this in the future is invalid
 _LEASE_MAX_BYTES = 4096
 
 class NodeRunning(RuntimeError):
-    "The node id is already running on this pool, or its lease was taken over by another process."
+    """The node id is already running on this pool, or its lease was taken over by another process; `holder` says
+    who holds it (host and pid), where that is known."""
+    def __init__(self, message:str, holder:str|None=None):
+        super().__init__(message)
+        self.holder = holder
 
 # %% ../nbs/14_durability.ipynb #df0354fb
 def lease_file(exp, node_id:str) -> Path: return Path(exp) / "locks" / f"{node_id}.lock"
@@ -134,12 +138,16 @@ def _write_lease(f, token:str):
 # a lease's pid, as it can be printed
 def _pid_text(pid) -> str: return str(pid) if type(pid) is int else safe_text(pid)
 
+def _holder_text(info:dict) -> str:
+    "Who holds a lease, as a message names it."
+    return (f"host {safe_text(info.get('host', '?'))}, pid {_pid_text(info.get('pid'))}" if info
+            else "a lease being written")
+
 # %% ../nbs/14_durability.ipynb #d4564c71
 def _lost_because(info) -> str|None:
     "Why a lease read as `info` (None: gone or planted over) is no longer its holder's, in words."
     if not info: return "its lease file is gone or was replaced by something that is not a lease"
-    return (f"its lease file now names another holder (host {safe_text(info.get('host'))}, "
-            f"pid {_pid_text(info.get('pid'))})"
+    return (f"its lease file now names another holder ({_holder_text(info)})"
             ": another process took the node id over, or someone rewrote the file")
 
 # %% ../nbs/14_durability.ipynb #c389996a
@@ -211,7 +219,7 @@ class NodeLease:
                     return self._hold(token)
                 info, age = read_lease(self.path)
                 if info is None: continue  # released between our two looks
-                if not _is_stale(info, age, self.stale_after): raise NodeRunning(self._held_message(info, age))
+                if not _is_stale(info, age, self.stale_after): raise NodeRunning(self._held_message(info, age), _holder_text(info))
                 self._take_over(info)
             raise NodeRunning(f"{self.node_id}: could not take the lease {self.path}; other processes keep claiming it")
         except BaseException:
@@ -265,8 +273,7 @@ def confirm(self:NodeLease) -> str|None:
 # %% ../nbs/14_durability.ipynb #54526505
 @patch
 def _held_message(self:NodeLease, info:dict, age:float) -> str:
-    who = (f"host {safe_text(info.get('host', '?'))}, pid {_pid_text(info.get('pid'))}" if info
-           else "a lease being written")
+    who = _holder_text(info)
     unsure = "" if _confirmable(info) else (
         f" Its holder cannot be confirmed from this host: if you know that no node {self.node_id} runs anywhere, "
         f"delete {safe_text(self.path, 400)} and start again.")

@@ -5,28 +5,32 @@
 # %% ../nbs/17_monitor.ipynb #28c4d552
 from __future__ import annotations
 import json, os, time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from fastcore.basics import patch
-from .config import printable_name
+from .config import printable_name, evaluation_after
 from .identity import alias_of, valid_wire_id
-from .core import (is_count, is_finite, node_dirs, open_regular, printable_text, read_jsonl, read_node_configs,
-                          trust_root, valid_metrics_row)
+from .core import (first_of_each_round, is_count, is_finite, node_dirs, open_regular, parse_jsonl_line,
+                          printable_text, read_jsonl, read_jsonl_counted, read_node_configs, trust_root,
+                          valid_metrics_row)
 
 # %% auto #0
 __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PACE_ROWS', 'PEER_FLAG_ROUNDS', 'NOT_FAULTS', 'planned_rounds', 'stale_limit',
-           'wall_pace', 'node_state', 'node_status', 'PeerAccounts', 'peer_table', 'short_peer', 'refusal_text',
-           'format_peers', 'swarm_status', 'format_status', 'MetricsReader', 'moving_average', 'NodeSeries',
-           'SwarmWatcher', 'tail_lines', 'run_summary', 'format_summary', 'compare_answers', 'format_comparison']
+           'wall_pace', 'evaluation_seconds', 'evaluation_allowance', 'node_state', 'node_status', 'PeerAccounts',
+           'peer_table', 'short_peer', 'refusal_text', 'format_peers', 'swarm_status', 'format_status', 'MetricsReader',
+           'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines', 'run_summary', 'format_summary',
+           'compare_answers', 'format_comparison']
 
 # %% ../nbs/17_monitor.ipynb #5cd7edc2
 def _run_length(x) -> bool: return is_count(x) and x >= 1
 
 # %% ../nbs/17_monitor.ipynb #1824781a
+def _planned(cfg:dict) -> int|None: return cfg["rounds"] if _run_length(cfg.get("rounds")) else None
+
 def planned_rounds(exp) -> dict:
-    """{node: rounds to run} from `<exp>/config.json`, else from each `logs/<node>/config.json`;
-    entries of the wrong shape left out."""
-    return {node: c["rounds"] for node, c in read_node_configs(exp).items() if _run_length(c.get("rounds"))}
+    """{node: rounds to run} from the newer of `<exp>/config.json` and each `logs/<node>/config.json`
+    (`core.read_node_configs`); entries of the wrong shape left out."""
+    return {node: n for node, c in read_node_configs(exp).items() if (n := _planned(c)) is not None}
 
 # %% ../nbs/17_monitor.ipynb #a7d2c4e9
 STALE_FLOOR = 60.0  # seconds: no node reads stale sooner
@@ -47,40 +51,74 @@ def wall_pace(rows) -> float|None:
     gaps = sorted(b - a for a, b in zip(times, times[1:]) if b >= a)
     return gaps[len(gaps) // 2] if gaps else None
 
+# %% ../nbs/17_monitor.ipynb #e12ad318
+def evaluation_seconds(rows, # a node's valid rows, oldest first
+                       cfg:dict, # its config as read from its folder (`core.read_node_configs`): untrusted
+                      ) -> dict:
+    """{'curve': s, 'final': s}: how long the node's curve and final evaluations take, at the seconds per question of
+    its newest evaluation (else of its base one); {} where its rows or its config do not tell."""
+    final = cfg.get("eval_questions")
+    if not (is_count(final) and final >= 1): return {}
+    curve = cfg.get("eval_curve_questions", final)
+    n = dict(curve=min(curve, final) if is_count(curve) and curve >= 1 else final, final=final)
+    for r in reversed(list(rows)):
+        for s, q in ((r.get("eval_seconds"), r.get("eval_n")), (r.get("eval_base_seconds"), r.get("eval_base_n"))):
+            if is_finite(s) and s >= 0 and is_count(q) and q >= 1: return {k: s / q * v for k, v in n.items()}
+    return {}
+
+# %% ../nbs/17_monitor.ipynb #6264b98c
+def evaluation_allowance(rows, # a node's valid rows, oldest first
+                         cfg:dict, # its config (`core.read_node_configs`): untrusted
+                         sharing:int=1, # the nodes that take turns in its process (1: a process of its own)
+                        ) -> tuple:
+    """`(wait, left)` in seconds: how much longer than its pace the node's next row may take for held-out evaluations
+    (its own next one, and in a shared process the others' of the round it just ended), and the time of the
+    evaluations its run has left, for the ETA."""
+    rows = list(rows)
+    secs, rounds, every = evaluation_seconds(rows, cfg), cfg.get("rounds"), cfg.get("eval_every")
+    if not rows or not secs or not _run_length(rounds) or not is_count(every): return 0.0, 0.0
+    took = lambda r: secs.get(evaluation_after(r, rounds, every), 0.0)
+    last = rows[-1]["round"]
+    wait = sharing * took(last + 1) + (sharing - 1) * took(last)
+    first, end = last + 1, rounds - 1  # rounds still to run, the final one apart
+    curves = max(0, end // every - first // every) if every and first <= end else 0  # r + 1 a multiple of `every`
+    return wait, sharing * (curves * secs["curve"] + (secs["final"] if first <= end else 0.0))
+
 # %% ../nbs/17_monitor.ipynb #73b9f966
 def node_state(last:dict|None, # the node's newest valid metrics row; None: it has written none
                total:int|None, # rounds it was started with (`planned_rounds`); None: unknown
                now:float, # the time to judge at (`time.time()`)
                stale_after:float|None=None, # seconds of silence that make it stale; None: `stale_limit` of its pace
                pace:float|None=None, # its wall-clock seconds per round (`wall_pace`); None: its row's working time
+               wait:float=0.0, # seconds its next row may take for evaluations (`evaluation_allowance`)
               ) -> str:
-    """'done' when `last` is round `total - 1` or later; else 'stale' if it is older than the limit, else 'alive';
-    '-' with no row."""
+    """'done' when `last` is round `total - 1` or later; else 'stale' if it is older than the limit (with `wait`
+    added), else 'alive'; '-' with no row."""
     if last is None: return "-"
     if total is not None and last["round"] + 1 >= total: return "done"
-    limit = stale_limit(max(last["seconds"]["total"], pace or 0.0)) if stale_after is None else stale_after
+    limit = stale_limit(max(last["seconds"]["total"], pace or 0.0)) + wait if stale_after is None else stale_after
     return "stale" if now - last["time"] > limit else "alive"
 
 # %% ../nbs/17_monitor.ipynb #440dd945
 def node_status(node:str, # the node's name: its folder under `logs/`
                 last:dict|None, # its newest valid row; None: no row yet
-                rounds:int, # the valid rows read
-                skipped:int, # the lines skipped as not valid rows
+                skipped:int, # the lines skipped: not valid rows, or a second row of one round
                 total:int|None, # the rounds it was started with; None: unknown
                 now:float, # the time to judge at
                 stale_after:float|None=None, # as in `node_state`
                 pace:float|None=None, # its wall-clock seconds per round (`wall_pace`); None: its row's working time
+                evaluation:tuple=(0.0, 0.0), # `(wait, left)` of `evaluation_allowance`
                ) -> dict:
-    """The status of `node` from its newest valid row `last` (None: no row yet), having read `rounds` rows and
-    skipped `skipped` lines; its ETA at its wall-clock `pace`."""
-    state = node_state(last, total, now, stale_after, pace)
-    row = dict(node=node, rounds=rounds, last_round=None, reward=None, seconds_per_round=None, idle_seconds=None,
+    """The status of `node` from its newest valid row `last` (None: no row yet): `rounds` done (its last round + 1),
+    seconds per round at its wall-clock `pace`, and its ETA: the rounds left at that pace, and its evaluations left."""
+    state = node_state(last, total, now, stale_after, pace, evaluation[0])
+    row = dict(node=node, rounds=0, last_round=None, reward=None, seconds_per_round=None, idle_seconds=None,
                skipped=skipped, total_rounds=total, eta_seconds=None, state=state, stale=state == "stale")
     if last is not None:
-        spr = last["seconds"]["total"]
-        row.update(last_round=last["round"], reward=last["reward_train"], seconds_per_round=spr,
-                   idle_seconds=now - last["time"])
-        if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * (pace or spr)
+        spr = pace or last["seconds"]["total"]
+        row.update(rounds=last["round"] + 1, last_round=last["round"], reward=last["reward_train"],
+                   seconds_per_round=spr, idle_seconds=now - last["time"])
+        if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * spr + evaluation[1]
     return row
 
 # %% ../nbs/17_monitor.ipynb #47f3ed0e
@@ -166,22 +204,43 @@ def _lease_process(exp, node:str, seen:str) -> str|None:
     if seen == "-": return "running" if held else None
     return "exited" if held is False else None
 
+# %% ../nbs/17_monitor.ipynb #7a4812e6
+def _sharing(exp, nodes:list) -> dict:
+    """{node: how many of `nodes` hold their lease from one process with it}: 4 for nodes taking turns in one process,
+    1 for a process of its own, or where its lease does not say."""
+    from sapo_nb.durability import NodeRunning, lease_file, read_lease
+    holder = {}
+    for n in nodes:
+        try: info, _ = read_lease(lease_file(exp, n))
+        except (NodeRunning, OSError): continue
+        if isinstance(info, dict) and isinstance(info.get("host"), str) and is_count(info.get("pid")):
+            holder[n] = (info["host"], info["pid"])
+    counts = Counter(holder.values())
+    return {n: counts[holder[n]] if n in holder else 1 for n in nodes}
+
 # %% ../nbs/17_monitor.ipynb #4e06c68f
 def swarm_status(root, # the runs folder
                  experiment:str, # the experiment's folder under `root`
                  now:float|None=None, # the time to judge at; None: now
                  stale_after:float|None=None, # as in `node_state`
+                 states:dict|None=None, # {node: process state} (`swarm.process_states`); None: the leases alone
                 ) -> list:
-    """One `node_status` per node folder of `<root>/<experiment>`, from its whole metrics file (`skipped`: rows that
-    are not valid), with its `peer_table`; a node with no valid row yet is 'starting' while it holds its lease."""
+    """One `node_status` per node folder of `<root>/<experiment>`, from its whole metrics file (`skipped`: lines that
+    are not valid rows, or a round's second row), with its `peer_table`; its state corrected by `states`, else by its
+    lease (a node with no valid row yet is 'starting' while it holds its lease)."""
     now, exp = time.time() if now is None else now, trust_root(root) / experiment  # the root trusted, nothing below it
-    total, out = planned_rounds(exp), []
-    for d in node_dirs(exp):
-        read = read_jsonl(d / "metrics.jsonl")
-        rows = [r for r in read if valid_metrics_row(r)]
-        out.append(dict(node_status(d.name, rows[-1] if rows else None, len(rows), len(read) - len(rows),
-                                    total.get(d.name), now, stale_after, wall_pace(rows)), peers=peer_table(rows)))
-    for row in out: row["state"] = _with_process(row["state"], _lease_process(exp, row["node"], row["state"]))
+    configs, states, dirs, out = read_node_configs(exp), states or {}, node_dirs(exp), []
+    sharing = _sharing(exp, [d.name for d in dirs])
+    for d in dirs:
+        read, bad = read_jsonl_counted(d / "metrics.jsonl")
+        rows = first_of_each_round(r for r in read if valid_metrics_row(r))
+        cfg = configs.get(d.name, {})
+        status = node_status(d.name, rows[-1] if rows else None, bad + len(read) - len(rows), _planned(cfg), now,
+                             stale_after, wall_pace(rows), evaluation_allowance(rows, cfg, sharing[d.name]))
+        out.append(dict(status, peers=peer_table(rows)))
+    for row in out:
+        proc = states.get(row["node"]) or _lease_process(exp, row["node"], row["state"])
+        row["state"] = _with_process(row["state"], proc)
     return out
 
 # %% ../nbs/17_monitor.ipynb #147ee0e9
@@ -194,7 +253,7 @@ def format_status(rows:list) -> str:
     lines = [f"{printable_name(r['node']):>10} {done(r):>9} {num(r['reward'], '.3f'):>7} "
              f"{num(r['seconds_per_round'], '.1f'):>8} "
              f"{num(None if r['state'] == 'done' else r['idle_seconds'], '.0f'):>7}  {r['state']}"
-             + (f"  ({r['skipped']} malformed rows skipped)" if r.get("skipped") else "") for r in rows]
+             + (f"  ({r['skipped']} lines skipped: malformed or repeated)" if r.get("skipped") else "") for r in rows]
     return "\n".join([head] + lines) if rows else "no node has started in this run folder yet"
 
 # %% ../nbs/17_monitor.ipynb #4b415fe7
@@ -202,6 +261,7 @@ class MetricsReader:
     "Follow one metrics.jsonl file: each `read()` returns only the complete, valid rows appended since the last one."
     def __init__(self, path, chunk:int=1 << 25): # most bytes read by one call
         self.path, self.chunk, self.offset, self.inode, self.bad, self.restarted = Path(path), chunk, 0, None, 0, False
+        self.rounds = set()  # the rounds read: a second row of one is skipped
 
 # %% ../nbs/17_monitor.ipynb #3a60171c
 @patch
@@ -215,7 +275,8 @@ def read(self:MetricsReader) -> list:
     with f:
         st = os.fstat(f.fileno())
         if st.st_ino != self.inode or st.st_size < self.offset:  # first read, or the file was rewritten
-            self.restarted, self.offset, self.inode = self.inode is not None, 0, st.st_ino
+            self.restarted, self.offset, self.inode, self.bad = self.inode is not None, 0, st.st_ino, 0
+            self.rounds.clear()
         if st.st_size == self.offset: return []
         f.seek(self.offset)
         data = f.read(min(st.st_size - self.offset, self.chunk))
@@ -224,11 +285,12 @@ def read(self:MetricsReader) -> list:
     if end == 0 and len(data) == self.chunk: end, self.bad = len(data), self.bad + 1
     self.offset += end
     rows = []
-    for line in data[:end].splitlines():
+    for line in data[:end].split(b"\n"):
         if not line.strip(): continue
-        try: row = json.loads(line)
-        except (ValueError, RecursionError): row = None  # not JSON, or nested deeper than the parser goes
-        if valid_metrics_row(row): rows.append(row)
+        row = parse_jsonl_line(line)
+        if valid_metrics_row(row) and row["round"] not in self.rounds:
+            self.rounds.add(row["round"])
+            rows.append(row)
         else: self.bad += 1
     return rows
 
@@ -252,6 +314,7 @@ class NodeSeries:
     def clear(self):
         self.rounds, self.rewards, self.smooth, self._sum, self._n = [], [], [], [0.0], [0]
         self.last_rows.clear()
+        self.last_evaluation = None  # the newest row with an evaluation: how long the next one will take
         self.peers = PeerAccounts()
 
 # %% ../nbs/17_monitor.ipynb #460a5664
@@ -270,6 +333,7 @@ def update(self:NodeSeries) -> int:
         n = self._n[i] - self._n[j]
         self.smooth.append((self._sum[i] - self._sum[j]) / n if n else None)
         self.last_rows.append(row)
+        if "eval_seconds" in row or "eval_base_seconds" in row: self.last_evaluation = row
         self.peers.add(row)
     return len(rows)
 
@@ -278,6 +342,7 @@ class SwarmWatcher:
     "The series and status of every node of `<root>/<experiment>`, kept up to date incrementally."
     def __init__(self, root, experiment:str, window:int=100):
         self.dir, self.window, self.nodes, self.total_rounds = trust_root(root) / experiment, window, {}, {}
+        self.configs = {}  # {node: its config as read from the folder}
 
 # %% ../nbs/17_monitor.ipynb #741becc0
 @patch
@@ -289,7 +354,9 @@ def refresh(self:SwarmWatcher) -> dict:
     for name, series in self.nodes.items():
         n = series.update()
         if n or series.reader.restarted: changed[name] = n
-    if changed or not self.total_rounds: self.total_rounds = planned_rounds(self.dir)
+    if changed or not self.total_rounds:
+        self.configs = read_node_configs(self.dir)
+        self.total_rounds = {n: r for n, c in self.configs.items() if (r := _planned(c)) is not None}
     return changed
 
 # %% ../nbs/17_monitor.ipynb #f058bf72
@@ -302,11 +369,15 @@ def status(self:SwarmWatcher,
     """One `node_status` per node (`skipped`: lines that are not valid rows), its `state` corrected by `states`
     ({node: process state}), with its `peers` table."""
     now, states, out = time.time() if now is None else now, states or {}, []
-    for name in sorted(set(self.nodes) | set(states)):
+    names = sorted(set(self.nodes) | set(states))
+    sharing = _sharing(self.dir, names)
+    for name in names:
         s = self.nodes.get(name)
         last = s.last_rows[-1] if s is not None and s.last_rows else None
-        row = node_status(name, last, len(s.rewards) if s else 0, s.reader.bad if s else 0, self.total_rounds.get(name),
-                          now, stale_after, wall_pace(s.last_rows) if s else None)
+        recent = [*([s.last_evaluation] if s and s.last_evaluation else []), *(s.last_rows if s else [])]
+        row = node_status(name, last, s.reader.bad if s else 0, self.total_rounds.get(name), now, stale_after,
+                          wall_pace(s.last_rows) if s else None,
+                          evaluation_allowance(recent, self.configs.get(name, {}), sharing[name]))
         row["state"] = _with_process(row["state"], states.get(name) or _lease_process(self.dir, name, row["state"]))
         row["peers"] = s.peers.table() if s else []
         out.append(row)
@@ -330,27 +401,32 @@ def _mean_of(xs) -> float|None:
     xs = [x for x in xs if is_finite(x)]
     return sum(xs) / len(xs) if xs else None
 
+def _count_or_none(x) -> int|None: return x if is_count(x) else None
+
 # %% ../nbs/17_monitor.ipynb #050aa82d
 def run_summary(root, # the runs folder
                 experiment:str, # the experiment's folder under `root`
                 window:int|None=None, # rounds averaged at each end; None: a third of the run, at most 5
                ) -> list:
     """Per node of `<root>/<experiment>`: mean rewards over its first and last `window` rounds, and held-out pass@1
-    before and at the newest evaluation."""
+    before and at the newest evaluation (`eval_n`: the questions of each, None where a row does not say)."""
     exp, out = trust_root(root) / experiment, []
     total = planned_rounds(exp)
     for d in node_dirs(exp):
-        rows = [r for r in read_jsonl(d / "metrics.jsonl") if valid_metrics_row(r)]
+        rows = first_of_each_round(r for r in read_jsonl(d / "metrics.jsonl") if valid_metrics_row(r))
         if not rows: continue
         k = window or max(1, min(5, len(rows) // 3))
         first, last = rows[:k], rows[-k:]
-        base = next((r["eval_base_pass1"] for r in rows if is_finite(r.get("eval_base_pass1"))), None)
-        evals = [(r["round"], r["eval_pass1"]) for r in rows if is_finite(r.get("eval_pass1"))]
+        base = next((r for r in rows if is_finite(r.get("eval_base_pass1"))), {})
+        evals = [r for r in rows if is_finite(r.get("eval_pass1"))]
+        newest = evals[-1] if evals else {}
         out.append(dict(node=d.name, rounds=len(rows), total_rounds=total.get(d.name),
                         first=(first[0]["round"], first[-1]["round"]), last=(last[0]["round"], last[-1]["round"]),
                         **{f: (_mean_of(r.get(f) for r in first), _mean_of(r.get(f) for r in last))
                            for f in ("reward_local", "reward_train")},
-                        eval_pass1=(base, evals[-1][1] if evals else None), eval_round=evals[-1][0] if evals else None))
+                        eval_pass1=(base.get("eval_base_pass1"), newest.get("eval_pass1")),
+                        eval_n=(_count_or_none(base.get("eval_base_n")), _count_or_none(newest.get("eval_n"))),
+                        eval_round=newest.get("round")))
     return out
 
 # %% ../nbs/17_monitor.ipynb #baf56218
@@ -364,8 +440,12 @@ def format_summary(rows:list) -> str:
     lines = [f"{'node':>10} {'rounds compared':>17}  {'reward_local':>14}  "
              f"{'reward_train':>14}  held-out pass@1 (greedy)"]
     for r in rows:
-        held = "off" if r["eval_round"] is None and r["eval_pass1"][0] is None else (
-            pair(r["eval_pass1"]) + (f" (after round {r['eval_round'] + 1})" if r["eval_round"] is not None else ""))
+        (b, x), (nb, nx) = r["eval_pass1"], r.get("eval_n", (None, None))
+        after = f"after round {r['eval_round'] + 1}" if r["eval_round"] is not None else ""
+        if r["eval_round"] is None and b is None: held = "off"
+        elif None not in (nb, nx) and nb != nx:  # two different sets of questions: no arrow between them
+            held = f"base {num(b)} on {nb} questions; {num(x)} on the first {nx}, {after}"
+        else: held = pair(r["eval_pass1"]) + (f" ({after})" if after else "")
         lines.append(f"{printable_name(r['node']):>10} {span(*r['first']) + ' -> ' + span(*r['last']):>17}  "
                      f"{pair(r['reward_local']):>14}  {pair(r['reward_train']):>14}  {held}")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 from pathlib import Path
 from fastcore.basics import patch
-from .config import SAPOConfig
+from .config import SAPOConfig, evaluation_after
 from .core import (Group, RoundMetrics, counted, UnsafePath, atomic_write, append_jsonl, remove, is_count,
                           is_finite, experiment_dir, metrics_path, checkpoint_dir, eval_records_path, provenance_path,
                           provenance)
@@ -300,8 +300,8 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
     # stop there
     st = self._update(local + ext) if local or ext else None
     lap("train")
-    due = cfg.eval_every and ((r + 1) % cfg.eval_every == 0 or r + 1 == cfg.rounds)
-    after = self.evaluate(r, "final" if r + 1 == cfg.rounds else "curve") if due else None  # after this round's update
+    due = evaluation_after(r, cfg.rounds, cfg.eval_every)
+    after = self.evaluate(r, due) if due else None  # after this round's update
     lap("eval")
     sec["eval"] += sec.pop("base")
     sec["encode"] = st.seconds_encode if st else 0.0  # re-encoding text, then the update

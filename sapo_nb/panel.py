@@ -15,7 +15,8 @@ from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_overr
 from .monitor import SwarmWatcher, refusal_text, short_peer, tail_lines
 
 # %% auto #0
-__all__ = ['DRIVE_ROOT', 'FORM_FIELDS', 'in_colab', 'default_root', 'status_html', 'peers_html', 'config_from_form', 'SwarmPanel']
+__all__ = ['DRIVE_ROOT', 'LIVE_STATES', 'FORM_FIELDS', 'in_colab', 'default_root', 'status_html', 'peers_html',
+           'config_from_form', 'SwarmPanel']
 
 # %% ../nbs/21_panel.ipynb #68bedf3b
 DRIVE_ROOT = "/content/drive/MyDrive/sapo_runs"
@@ -37,6 +38,7 @@ def _fmt_seconds(s) -> str:
 # %% ../nbs/21_panel.ipynb #28432c3c
 _STATE_COLOURS = dict(running="#1a7f37", alive="#1a7f37", done="#555", stopped="#b35900", stale="#b00020",
                       starting="#0550ae")
+LIVE_STATES = ("running", "alive", "starting", "remote")  # a node that something still runs: it has an ETA
 
 # %% ../nbs/21_panel.ipynb #fe4c0df3
 def status_html(rows:list) -> str:
@@ -50,11 +52,11 @@ def status_html(rows:list) -> str:
             "" if r["total_rounds"] is None else f"/{r['total_rounds']}")
         state = f"<b style='color:{_STATE_COLOURS.get(r['state'], '#000')}'>{html.escape(str(r['state']))}</b>"
         if r.get("skipped"):
-            state += (f" <span title='lines of its metrics file that are not valid rows'>"
+            state += (f" <span title='lines of its metrics file that are not valid rows, or repeat a round'>"
                       f"({int(r['skipped'])} skipped)</span>")
         cells = [html.escape(str(v)) for v in (r["node"], rnd, "-" if r["reward"] is None else f"{r['reward']:.3f}",
                  "-" if r["seconds_per_round"] is None else f"{r['seconds_per_round']:.1f}",
-                 _fmt_seconds(r["eta_seconds"]),
+                 _fmt_seconds(r["eta_seconds"] if r["state"] in LIVE_STATES else None),
                  _fmt_seconds(None if r["state"] == "done" else r["idle_seconds"]))] + [state]
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px;text-align:right'>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='sapo-status' style='font-family:monospace'><tr>{head}</tr>{''.join(body)}</table>"
@@ -296,7 +298,7 @@ def refresh(self:SwarmPanel) -> float:
         if changed or not self.log_view.value: self._update_log()
         self.last_refresh = time.perf_counter() - t0
         points = {n: len(s.rewards) for n, s in self.watcher.nodes.items()}
-        running = sum(s == "running" for s in states.values())
+        running = sum(r["state"] in LIVE_STATES for r in rows)  # inline nodes have no pid file: their rows say
         self.summary.value = (f"<span data-points='{html.escape(json.dumps(points))}' data-running='{running}'>"
                               f"<b>{html.escape(str(self.watcher.dir))}</b> · {counted(len(rows), 'node')}, "
                               f"{running} running"

@@ -483,7 +483,7 @@ def remove_checkpoints(root, experiment:str, log=print,
             continue
         try: lease = NodeLease(SAPOConfig(root=str(root), experiment=experiment, node_id=name)).acquire()
         except NodeRunning as e:
-            log(f"{name}: checkpoints kept, the node runs: {e}")
+            log(f"{name}: checkpoints kept, the node runs ({e.holder or 'its lease is held'}): stop it first")
             continue
         try:
             size = disk_usage(ck / name)

@@ -81,7 +81,7 @@ def test_status_skips_row_without_seconds(tmp_path):
     assert [s["skipped"] for s in st] == [1, len(MALFORMED), len(MALFORMED)]
     assert st[2]["state"] == "no round yet"
     table = format_status(st)
-    assert "node-0" in table and f"({len(MALFORMED)} malformed rows skipped)" in table, table
+    assert "node-0" in table and f"({len(MALFORMED)} lines skipped: malformed or repeated)" in table, table
 
 
 def test_format_status_escapes_control_characters(tmp_path):
@@ -104,6 +104,7 @@ def test_panel_skips_malformed_rows(tmp_path):
     assert [(s["node"], s["rounds"], s["last_round"], s["state"]) for s in st] == \
            [("node-0", 3, 2, "stopped"), ("node-1", 0, None, "no round yet")]  # no lease held: nothing runs it
     assert [s["skipped"] for s in st] == [len(MALFORMED) + 4, len(MALFORMED)]
+    assert [s["skipped"] for s in swarm_status(tmp_path, "exp", now=1010.0)] == [s["skipped"] for s in st]  # one count
     assert w.nodes["node-0"].rewards == [0.5, 0.5, 0.5]
     assert f"({len(MALFORMED) + 4} skipped)" in status_html(st)
 

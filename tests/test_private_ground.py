@@ -262,11 +262,13 @@ def test_node_folder_whose_lease_name_is_too_long_crashes_no_reader(tmp_path):
 
 
 def test_planted_folder_name_with_terminal_escapes_is_inert_in_clean(tmp_path):
-    "A node folder named with a terminal escape sequence (title, clear screen): `sapo clean`'s note escapes it."
-    root = tmp_path / "root"; (root / "exp" / "logs" / "\x1b]0;PWNED\x07\x1b[2J").mkdir(parents=True)
-    ck = root / "exp" / "checkpoints" / "node-0" / "round_1"; ck.mkdir(parents=True); (ck / "w").write_bytes(b"x")
+    "A checkpoint folder named with a terminal escape sequence (title, clear screen): `sapo clean` names it escaped."
+    root = tmp_path / "root"; (root / "exp" / "logs" / "node-0").mkdir(parents=True)
+    for name in ("node-0", "\x1b]0;PWNED\x07\x1b[2J"):
+        ck = root / "exp" / "checkpoints" / name / "round_1"; ck.mkdir(parents=True); (ck / "w").write_bytes(b"x")
     code, out, err = cli("clean", "--root", str(root), "--experiment", "exp")
-    assert code == 0 and "not finished" in out and "PWNED" in out, out   # named, so the user sees it
+    assert code == 0 and "left in place" in out and "PWNED" in out, out   # named, so the user sees it
+    assert "not finished: node-0" in out, out  # its checkpoints are gone: it would start over
     assert "\x1b" not in out + err and "\x07" not in out + err, repr(out)
 
 

@@ -23,7 +23,7 @@ def test_a_row_key_per_row_does_not_make_a_column_per_row(tmp_path):
     from sapo_nb.analysis import EXTRA_COLUMNS_MAX, load_runs
     logs = tmp_path / "run" / "logs" / "node-0"; logs.mkdir(parents=True)
     (logs / "metrics.jsonl").write_text("".join(
-        json.dumps(dict(round=r, reward_train=0.5, **{f"x{r}": 1})) + "\n" for r in range(2000)))
+        json.dumps(dict(json.loads(line), **{f"x{r}": 1})) + "\n" for r, line in enumerate(rows("node-0", 2000).splitlines())))
     with pytest.warns(RuntimeWarning, match="1936 values under further names were left out"): df = load_runs(tmp_path / "run")
     assert len(df) == 2000 and sum(c.startswith("x") for c in df.columns) == EXTRA_COLUMNS_MAX
 
