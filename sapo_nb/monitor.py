@@ -10,6 +10,7 @@ from pathlib import Path
 from fastcore.basics import patch
 from .config import printable_name, evaluation_after
 from .identity import alias_of, valid_wire_id
+from .transport import UNSIGNED_REASONS
 from .core import (first_of_each_round, is_count, is_finite, node_dirs, open_regular, parse_jsonl_line,
                           printable_text, read_jsonl, read_jsonl_counted, read_node_configs, trust_root,
                           valid_metrics_row)
@@ -124,7 +125,8 @@ def node_status(node:str, # the node's name: its folder under `logs/`
 # %% ../nbs/17_monitor.ipynb #47f3ed0e
 # a peer whose every group (or file) was refused as faulty in this many of its latest rounds is flagged
 PEER_FLAG_ROUNDS = 5
-NOT_FAULTS = ("zero_spread", "over_budget")  # refusals that say nothing against a peer: no signal, or no time left
+# refusals that say nothing against a peer: no signal, no time left, or a file anyone could have put under its name
+NOT_FAULTS = ("zero_spread", "over_budget", *sorted(UNSIGNED_REASONS))
 
 def _refused_all(a:dict) -> bool:
     "Whether everything a peer sent in a round was refused as faulty (not merely without reward spread, or unscored)."

@@ -18,10 +18,11 @@ from .identity import (IdentityError, canonical_json, check_signature, check_wir
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'ROLLOUT_FIELDS', 'ITEM_BOUND', 'MAX_MODEL_CHARS', 'MAX_COMPLETIONS', 'SWARM_RE', 'logger',
-           'REJECT_REASONS', 'DROP_REASONS', 'SWARM_FILE', 'MAX_SUBKEYS_PER_OWNER', 'REJOIN_SECONDS', 'TRANSPORTS',
-           'PoolLimits', 'valid_node_id', 'make_rollout', 'encode_rollout', 'check_group', 'decode_rollout', 'Rejected',
-           'TooLarge', 'BlockedPath', 'Entry', 'Transport', 'fair_share', 'MemoryTransport', 'read_regular',
-           'FolderTransport', 'swarm_record_validator', 'HivemindTransport', 'make_transport', 'open_transport']
+           'REJECT_REASONS', 'SIGNED_REASONS', 'UNSIGNED_REASONS', 'DROP_REASONS', 'SWARM_FILE',
+           'MAX_SUBKEYS_PER_OWNER', 'REJOIN_SECONDS', 'TRANSPORTS', 'PoolLimits', 'valid_node_id', 'make_rollout',
+           'encode_rollout', 'check_group', 'decode_rollout', 'Rejected', 'TooLarge', 'BlockedPath', 'Entry',
+           'Transport', 'fair_share', 'MemoryTransport', 'read_regular', 'FolderTransport', 'swarm_record_validator',
+           'HivemindTransport', 'make_transport', 'open_transport']
 
 # %% ../nbs/10_transport.ipynb #34a86bd4
 @dataclass(frozen=True)
@@ -118,7 +119,13 @@ REJECT_REASONS = {
     "bad_completion": "completions is not a list of non-empty strings",
     "completion_too_long": "a completion is longer than max_completion_chars",
     "bad_truncated": "truncated is not a list of booleans",
+    "planted_own_name": "a file at our own rollout's name that is not our signed rollout of its round: replaced",
 }
+
+# %% ../nbs/10_transport.ipynb #c71f0ffd
+SIGNED_REASONS = frozenset({"swarm_mismatch", "bad_group", "bad_task", "bad_item", "bad_question", "question_too_long",
+                            "G_mismatch", "bad_completion", "completion_too_long", "bad_truncated"})
+UNSIGNED_REASONS = frozenset(REJECT_REASONS) - SIGNED_REASONS  # anyone can cause these under any name
 
 # %% ../nbs/10_transport.ipynb #b8a7e8a5
 def _is_int(x): return isinstance(x, int) and not isinstance(x, bool)
@@ -628,22 +635,31 @@ def read_regular(name, # file name, relative to dir_fd
     finally: os.close(fd)
 
 # %% ../nbs/10_transport.ipynb #2160f90e
-def _write_own(dir_fd: int, name: str, payload: bytes, owner: str, replace: bool=True) -> bool:
-    "Write `payload` whole to `name` via a private temp file; `BlockedPath` if a non-regular file sits there."
-    # replace=False: an existing regular file is kept, and False returned (exclusive create)
+def _write_own(dir_fd: int, name: str, payload: bytes, owner: str,
+               keep: Callable[[bytes], bool]|None=None, # None: replace what is there; else keep a regular file there
+                                                        # whose bytes it accepts
+               keep_limit: int=4_000_000, # bytes of a file there that `keep` reads; a larger one is not kept
+              ) -> bool:
+    """Write `payload` whole to `name` via a private temp file: True, or False where `keep` accepted the regular file
+    already there; `BlockedPath` if a non-regular file sits there."""
+    def kept() -> bool:
+        try: return bool(keep(read_regular(name, dir_fd, keep_limit)))
+        except (Rejected, FileNotFoundError): return False  # too large, or gone: not one to keep
     try: st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError: st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise BlockedPath(errno.EEXIST, f"{name} exists and is not a regular file")
-    if st is not None and not replace: return False
+    if st is not None and keep is not None and kept(): return False
     tmp = f".{owner}~{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
         with os.fdopen(os.open(tmp, _O_NEW, 0o644, dir_fd=dir_fd), "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        if replace: os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        else: return create_once(tmp, name, payload, 0o644, dir_fd)
+        if st is None and keep is not None:  # nothing there: create it once; a file that came first is judged
+            if create_once(tmp, name, payload, 0o644, dir_fd): return True
+            if kept(): return False
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return True
     except OSError as e:
         if e.errno in _BLOCKING: raise BlockedPath(e.errno, f"cannot write {name}: {e.strerror}") from None
@@ -705,7 +721,12 @@ def _put(self: FolderTransport, round, node_id, payload):
         if e.errno in _BLOCKING:
             raise BlockedPath(e.errno, f"{self.round_dir(round)} is not a folder (a link or a file)") from None
         raise
-    try: return _write_own(rfd, f"{node_id}.json", payload, node_id, replace=False)
+    def ours(data) -> bool:  # our signed rollout of this round: kept; anything else at our name was planted
+        groups, why = decode_rollout(data, round, self.limits, node_id, self.experiment, self.swarm)
+        if groups or not why: return True
+        self._reject("planted_own_name", f"{node_id}.json in round {round} ({why[0]})")
+        return False
+    try: return _write_own(rfd, f"{node_id}.json", payload, node_id, keep=ours, keep_limit=self.limits.max_file_bytes)
     finally: os.close(rfd)
 
 # %% ../nbs/10_transport.ipynb #820fc098
@@ -782,7 +803,7 @@ def _swarm_id(self: FolderTransport) -> str:
     "This pool's swarm id, drawn and written by the first transport that opens it."
     efd = os.open(self.exp_dir, _O_DIR)
     try:
-        try: _write_own(efd, SWARM_FILE, f"{secrets.token_hex(16)}\n".encode(), "swarm", replace=False)
+        try: _write_own(efd, SWARM_FILE, f"{secrets.token_hex(16)}\n".encode(), "swarm", keep=lambda _: True)
         except BlockedPath: pass  # something else is there: reading it says what
         for _ in range(50):  # without hard links another node's id can be part-written for a moment: read it again
             try: text = read_regular(SWARM_FILE, efd, 256).decode("ascii", "replace").strip()

@@ -154,3 +154,43 @@ def test_forged_full_id_on_dht_is_fingerprint_mismatch(dht):
         assert by_sender(got) == {me: ["alice5 q0", "alice5 q1"]}
         assert bob.rejects["fingerprint_mismatch"] == 1
     finally: alice.close()
+
+
+def test_planted_regular_file_at_our_name_is_replaced(tmp_path):
+    """mallory, who can write the folder, puts files at Alice's rollout names for the coming rounds (an empty one, and
+    a copy of her round 0 file): Alice's publication replaces what is not her signed rollout of the round, so
+    receivers read her groups and refuse nothing under her name. Her own first publication of a round still stays."""
+    root = tmp_path / "pool"
+    alice = FolderTransport(root, "exp")
+    me = alice.own_id("alice")
+    assert alice.publish(0, "alice", groups("first")) > 0
+    first = (alice.round_dir(0) / f"{me}.json").read_bytes()
+    for r, planted in ((1, b""), (2, first)):  # nothing, and a replay of round 0 under round 2's name
+        alice.round_dir(r).mkdir(parents=True)
+        (alice.round_dir(r) / f"{me}.json").write_bytes(planted)
+    assert alice.publish(1, "alice", groups("one")) > 0 and alice.publish(2, "alice", groups("two")) > 0
+    assert alice.rejects["planted_own_name"] == 2
+    bob = FolderTransport(root, "exp", key_dir=tmp_path / "bob-keys")
+    assert by_sender(bob.collect(1, exclude="bob")) == {me: ["one q0", "one q1"]}
+    assert by_sender(bob.collect(2, exclude="bob")) == {me: ["two q0", "two q1"]}
+    assert not bob.rejects and not bob.take_refusals()
+    assert alice.publish(0, "alice", groups("again")) == 0 and alice.unpublished["published_before"] == 1  # ours: stays
+    assert (alice.round_dir(0) / f"{me}.json").read_bytes() == first
+
+
+def test_forged_copies_under_a_peers_id_do_not_flag_it(tmp_path):
+    """Rollouts filed under Alice's id but signed by mallory, round after round: refused as `fingerprint_mismatch` and
+    counted under the name they came with, but Alice is never flagged: a peer is flagged only for what it signed."""
+    from sapo_nb.monitor import peer_table
+    from sapo_nb.sampler import add_refusals
+    root = tmp_path / "pool"
+    alice = FolderTransport(root, "exp")
+    mallory = FolderTransport(root, "exp", key_dir=tmp_path / "mallory-keys")
+    bob = FolderTransport(root, "exp", key_dir=tmp_path / "bob-keys")
+    me, rows = alice.own_id("alice"), []
+    for r in range(6):
+        alice.round_dir(r).mkdir(parents=True)
+        (alice.round_dir(r) / f"{me}.json").write_bytes(forged_as(me, mallory, "alice", r))
+        assert bob.collect(r, exclude="bob") == []
+        rows.append(dict(I=2, pool_selected=0, peers=add_refusals({}, bob.take_refusals())))
+    assert [(t["peer"], t["refused"], t["flagged"]) for t in peer_table(rows)] == [(me, {"fingerprint_mismatch": 6}, False)]

@@ -1,7 +1,10 @@
 """Peers you can see: per node and per peer, what was offered, taken and refused (by reason), in the metrics,
-`sapo status`, the panel and the report. A three-node swarm runs beside a peer that publishes junk every round; the
-junk's refusals and the honest peers' contributions must show in each view. Tiny model, a few seconds.
+`sapo status`, the panel and the report. A three-node swarm runs beside a peer that signs junk every round and a name
+that files unreadable junk every round; their refusals and the honest peers' contributions must show in each view,
+and only the peer that signed its junk is flagged (anyone can file unreadable bytes under any name). Tiny model, a
+few seconds.
 """
+import json
 
 import pytest
 
@@ -15,6 +18,23 @@ pytestmark = pytest.mark.usefixtures("private_keys")
 JUNK = "junk." + "0123456789abcdef0123"  # a well-formed wire id; its files are not JSON
 
 
+def signed_junk(root, key_dir, rounds:int, G:int) -> str:
+    "Rollouts of `spam` for every round, signed with its own key, whose one group has an empty question; its wire id."
+    from sapo_nb.core import Group
+    from sapo_nb.identity import sign_rollout
+    from sapo_nb.transport import FolderTransport, encode_rollout
+    spam = FolderTransport(root, "exp", key_dir=key_dir)
+    g = Group(task="basic_arithmetic", item=dict(component=0, seed=1, index=0), question="q",
+              completions=[str(k) for k in range(G)], truncated=[False] * G)
+    for r in range(rounds):
+        obj = json.loads(spam.encode(r, "spam", [g]))
+        obj.pop("signature"); obj.pop("public_key")
+        obj["groups"][0]["question"] = ""
+        (spam.round_dir(r) / f"{spam.own_id('spam')}.json").write_bytes(
+            encode_rollout(sign_rollout(obj, spam._signing_key("spam"))))
+    return spam.own_id("spam")
+
+
 @pytest.fixture(scope="module")
 def swarm(tmp_path_factory):
     mp = pytest.MonkeyPatch(); mp.setenv("SAPO_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
@@ -24,37 +44,43 @@ def swarm(tmp_path_factory):
                      learning_rate=1e-3, temperature=1.5)
     for r in range(cfg.rounds):  # the junk peer's file of every round, there before anyone collects
         d = root / "exp" / "rollouts" / f"round_{r}"; d.mkdir(parents=True); (d / f"{JUNK}.json").write_bytes(b"not json")
+    spam = signed_junk(root, tmp_path_factory.mktemp("spam-keys"), cfg.rounds, cfg.completions_per_question)
     # a reward with spread: honest groups get taken
     assert set(run_inline(node_configs(cfg, 3), log=lambda *_: None, build=learning_node).values()) == {"done"}
-    yield root, cfg
+    yield root, cfg, spam
     mp.undo()
 
 
 def test_metrics_rows_account_for_every_peer(swarm):
     "Each row names every sender: the junk peer's file refused as bad_json, the honest peers' groups offered and taken."
-    root, cfg = swarm
+    root, cfg, spam = swarm
     rows = read_jsonl(metrics_path(cfg.replace(node_id="node-0")))
     assert all(r["peers"][JUNK] == dict(offered=0, taken=0, refused={"bad_json": 1}) for r in rows)
+    assert all(r["peers"][spam] == dict(offered=0, taken=0, refused={"bad_question": 1}) for r in rows)
     honest = [p for p in rows[-1]["peers"] if p.startswith(("node-1.", "node-2."))]
     assert len(honest) == 2 and sum(r["peers"][p]["offered"] for r in rows for p in honest) > 0
     assert sum(a["taken"] for r in rows for a in r["peers"].values()) == sum(r["pool_selected"] for r in rows)
 
 
 def test_status_shows_refusals_by_reason_and_flags_the_junk_peer(swarm):
-    "`sapo status`: a block per node, the junk peer with `bad_json 6` flagged, the honest peers with their share."
-    root, _ = swarm
+    """`sapo status`: a block per node, the signed junk flagged, the unreadable files under `junk` counted
+    (`bad_json 6`) but not flagged, the honest peers with their share."""
+    root, _, spam = swarm
     code, out, err = sapo_cli("status", "--root", root, "--experiment", "exp")
     assert code == 0 and out.count("peers of node-") == 3
     junk = [l for l in out.splitlines() if l.strip().startswith("junk.012345")]
-    assert len(junk) == 3 and all("bad_json 6" in l and "everything refused in its last 6 rounds" in l for l in junk)
+    assert len(junk) == 3 and all("bad_json 6" in l and "everything refused" not in l for l in junk)
+    signed = [l for l in out.splitlines() if l.strip().startswith(f"spam.{spam.rsplit('.', 1)[1][:6]}")]
+    assert len(signed) == 3 and all("bad_question 6" in l and "everything refused in its last 6 rounds" in l
+                                    for l in signed), out
     honest = [l for l in out.splitlines() if l.strip().startswith(("node-1.", "node-2.")) and "%" in l]
     assert honest and any(not l.split()[3].startswith("0%") for l in honest)
 
 
 def test_panel_shows_a_peers_table_with_the_junk_peer_flagged(swarm):
-    "The panel's peers table: a row per node and peer, the junk peer's rows marked flagged, every value escaped."
+    "The panel's peers table: a row per node and peer, the signed junk's rows marked flagged, every value escaped."
     from sapo_nb.panel import SwarmPanel
-    root, _ = swarm
+    root, _, _ = swarm
     p = SwarmPanel(root=str(root), experiment="exp", interval=None)
     p.refresh()
     html = p.peers.value
@@ -64,8 +90,8 @@ def test_panel_shows_a_peers_table_with_the_junk_peer_flagged(swarm):
 
 
 def test_report_has_a_peers_section(swarm):
-    "`sapo report`: a Peers section with the junk peer flagged."
-    root, _ = swarm
+    "`sapo report`: a Peers section with the junk peers and their refusals."
+    root, _, _ = swarm
     code, out, err = sapo_cli("report", root / "exp", "--out", root / "report.html")
     page = (root / "report.html").read_text()
     assert code == 0 and "<h2>Peers</h2>" in page and "junk.012345" in page and "bad_json 6" in page
