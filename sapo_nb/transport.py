@@ -252,6 +252,7 @@ class Transport:
     "Shared logic of all transports: signing, validation, wire ids, per-round caps, reject counting, polling cache."
     name = "base"
     cache_rounds = 8  # the most rounds the cache keeps
+    counted_max = 1 << 16  # what was counted, remembered so as not to count it twice; past this, forgotten at once
 
     def __init__(self, limits: PoolLimits|None=None, experiment: str="sapo", key_dir: str|Path|None=None):
         self.limits, self.experiment, self.key_dir = limits or PoolLimits(), experiment, key_dir
@@ -279,18 +280,24 @@ class Transport:
     def _reject(self, reason, where, once=None, sender=None):
         """Count a reject (once per `once` key), also against `sender` (the name a file came under) when given.
         The first one of each reason is logged; `where` holds peer text escaped."""
-        if once is not None:
-            if once in self._counted: return
-            self._counted.add(once)
+        if once is not None and not self._first_time(once): return
         self.rejects[reason] += 1
         if sender is not None and len(self.refused_from) < 4 * self.limits.max_files_per_round:
             self.refused_from[(sender, reason)] += 1  # a label, unverified when the reason is its signature
         self._log_once(reason, "%s pool: rejected %s (%s: %s); further rejects for this reason are only counted",
                        self.name, where, reason, REJECT_REASONS.get(reason, ""))
 
+    def _first_time(self, key) -> bool:
+        """Whether `key` (a file's refusal or drop) is counted for the first time. A peer that renames its files
+        between polls makes new keys without end, so past `counted_max` they are all forgotten (and a file seen again
+        counts again): a count may run high in a flood, the memory it takes does not."""
+        if key in self._counted: return False
+        if len(self._counted) >= self.counted_max: self._counted.clear()
+        self._counted.add(key)
+        return True
+
     def _count_drop(self, reason, round, key, n=1):
-        if (round, key, reason) in self._counted: return
-        self._counted.add((round, key, reason))
+        if not self._first_time((round, key, reason)): return
         self.dropped[reason] += n
         self._log_once(("drop", reason), "%s pool: round %d: %s (%s); further drops are only counted",
                        self.name, round, reason, DROP_REASONS[reason])
@@ -490,11 +497,12 @@ def collect(self: Transport, round: int, # the round to read
     sizes = [lim.max_file_bytes if e.size < 0 else e.size if e.size <= lim.max_file_bytes else 0 for e in chosen]
     share = fair_share(sizes, lim.max_bytes_per_round)
     fair = [e for e, s, a in zip(chosen, sizes, share) if s <= a]  # read whole within their share: first
-    nbytes, got = 0, {}
+    nbytes, got, used = 0, {}, set()
     for e in fair + [e for e, s, a in zip(chosen, sizes, share) if s > a]:  # then the larger ones, while bytes are left
         r = self._read_entry(round, e, lim.max_bytes_per_round - nbytes)
         if r is None: continue
         nbytes += r[0]
+        used.add(e.key)
         if not r[1]: continue
         if e.node in got:
             self._count_drop("duplicate_node", round, e.key)
@@ -503,6 +511,7 @@ def collect(self: Transport, round: int, # the round to read
     share = dict(zip(got, fair_share([len(gs) for _, gs in got.values()], lim.max_groups_per_round)))
     for node, (e, gs) in got.items():
         if len(gs) > share[node]: self._count_drop("over_groups", round, e.key)
+    for k in [k for k in self._cache if k[0] == round and k[1] not in used]: del self._cache[k]  # replaced, or cut
     arrival = {id(e): i for i, e in enumerate(listed)}
     return [g for node, (e, gs) in sorted(got.items(), key=lambda t: arrival[id(t[1][0])]) for g in gs[:share[node]]]
 

@@ -156,3 +156,29 @@ def test_dht_replay_from_another_swarm_is_swarm_mismatch(dht):
         assert alice.collect(13) == []
         time.sleep(0.2)
     assert alice.rejects["swarm_mismatch"] == 1
+
+
+def test_churned_files_do_not_grow_receiver_memory(tmp_path):
+    """A peer replaces its files between polls, first with validly signed rollouts under new aliases, then with junk
+    under fresh names: the receiver's cache holds no more than a round's byte budget per round, and what it
+    remembers having counted stays under its cap, however many polls."""
+    from sapo_nb.core import Group
+    from sapo_nb.transport import FolderTransport, PoolLimits
+    lim = PoolLimits(max_file_bytes=40_000, max_bytes_per_round=80_000, max_files_per_round=4, completions_per_question=2)
+    victim = FolderTransport(tmp_path, "exp", limits=lim, key_dir=tmp_path.parent / "victim-keys")
+    attacker = FolderTransport(tmp_path, "exp", limits=lim, key_dir=tmp_path.parent / "attacker-keys")
+    victim.counted_max = 500
+    rd = attacker.round_dir(0)
+    def churn(poll, fresh):
+        for f in rd.glob("*.json") if rd.exists() else []: f.unlink()  # last poll's files go
+        fresh(poll)
+        victim.collect(0)
+    for poll in range(6):  # ~18 kB rollouts, four a poll: what one collect may read
+        churn(poll, lambda p: [attacker.publish(0, f"s{p}x{k}", [Group(
+            task="basic_arithmetic", item=dict(component=0, seed=1, index=k), question="q",
+            completions=["x" * 9000] * 2, truncated=[False] * 2)]) for k in range(4)])
+        cached = sum(len(c) for (_, _, gs) in victim._cache.values() for g in gs for c in g.completions)
+        assert cached <= lim.max_bytes_per_round, (poll, cached)
+    for poll in range(6):  # 300 empty files under fresh names a poll
+        churn(poll, lambda p: [(rd / f"j{p}x{k}.{'0' * 20}.json").write_bytes(b"") for k in range(300)])
+        assert len(victim._counted) <= victim.counted_max, (poll, len(victim._counted))
