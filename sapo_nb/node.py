@@ -30,7 +30,7 @@ from .durability import (NodeLease, NodeRunning, CheckpointError, save_checkpoin
                                 refuse_other_run, settings_changed)
 
 # %% auto #0
-__all__ = ['RECENT_ROUNDS', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'node_random_state',
+__all__ = ['RECENT_ROUNDS', 'JOIN_LOOKBACK', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'node_random_state',
            'RoundInterrupted', 'Drawn', 'wait_target', 'RoundStart', 'training_metrics', 'ExportError',
            'gguf_converter', 'save_model', 'sample_together']
 
@@ -127,13 +127,18 @@ def _update(self:SwarmNode, groups:list) -> StepResult:
 # %% ../nbs/15_node.ipynb #cf342414
 @patch
 def _check_root(self:SwarmNode):
-    """Fail at start, with what to do, when the experiment folder cannot be written or sits inside the shared pool
-    folder."""
+    """Fail at start, with what to do, when the experiment folder cannot be written, or when it and the shared pool
+    folder overlap (one holds the other: peers would write among the node's own files)."""
     d, pool = experiment_dir(self.cfg), self.cfg.pool_root and Path(self.cfg.pool_root).expanduser().resolve()
-    if pool and (pool == d.parent.resolve() or pool in d.parent.resolve().parents):
+    own = d.resolve()
+    if pool and pool in own.parents:
         raise ValueError(f"SAPOConfig.root: {self.cfg.root} is inside pool_root {self.cfg.pool_root}, "
                          "where peers write: keep your own files (logs, checkpoints) outside it, or leave pool_root "
                          "empty on one machine")
+    if pool and (pool == own or own in pool.parents):
+        raise ValueError(f"SAPOConfig.pool_root: {self.cfg.pool_root} is inside this node's run folder {d}, so peers "
+                         "who write the pool would write among its own files (checkpoints, leases): put the pool "
+                         "folder outside it")
     probe = d / f".write_test_{self.cfg.node_id}_{secrets.token_hex(4)}"  # a fresh name: nothing planted is in the way
     try:
         atomic_write(probe, b"ok")
@@ -482,7 +487,7 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
             self.log(f"{self.cfg.node_id}: {counted(done, 'round')} logged but no checkpoint to resume from: "
                      f"starting over from round 0; the earlier rows are kept in {aside}")
         else: cut_records(self.cfg, -1)  # a start stopped in its first round may have written its base evaluation
-        return max(self.transport.rounds(), default=0) if join_current else 0
+        return self._current_round() if join_current else 0
     self._apply_changes(st)
     self.random_state = torch.tensor(st["rng"]["torch"], dtype=torch.uint8)  # its own, as it kept it
     if "stream" in st: self.stream.restore(st["stream"])
@@ -492,6 +497,16 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     cut_records(self.cfg, st["round"])
     self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
     return st["round"] + 1
+
+# %% ../nbs/15_node.ipynb #c9426ce5
+JOIN_LOOKBACK = 8  # the newest rounds of the pool a late joiner looks at for other nodes' groups
+
+@patch
+def _current_round(self:SwarmNode) -> int:
+    """The newest of the pool's last `JOIN_LOOKBACK` rounds below this node's `rounds` in which other nodes published
+    valid groups; 0 if none."""
+    rounds = sorted((r for r in self.transport.rounds() if r < self.cfg.rounds), reverse=True)[:JOIN_LOOKBACK]
+    return next((r for r in rounds if self.transport.collect(r, exclude=self.cfg.node_id)), 0)
 
 # %% ../nbs/15_node.ipynb #0ee8373d
 @patch

@@ -15,14 +15,14 @@ from .core import (counted, plural, experiment_dir, metrics_path, node_log_path,
 from .node import sample_together
 from .trackers import progress_line
 from .durability import (NodeLease, NodeRunning, CheckpointError, intact_checkpoint, checkpoint_rounds,
-                                lease_alive, lease_file, LEASE_STALE)
+                                lease_alive, lease_file, LEASE_SKEW, LEASE_STALE)
 
 # %% auto #0
-__all__ = ['PID_FILE', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline', 'check_cards', 'check_startable',
-           'write_swarm_config', 'available_cores', 'thread_share', 'set_threads', 'UnsupportedPlatform',
-           'require_process_groups', 'run_node', 'node_process', 'ProcessSwarm', 'swarm_key', 'read_pid_file',
-           'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'waiting_for_peers', 'launch_swarm',
-           'disk_usage', 'format_bytes', 'remove_checkpoints']
+__all__ = ['PID_FILE', 'DISK_WALK_DEPTH', 'DISK_WALK_ENTRIES', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline',
+           'check_cards', 'check_startable', 'write_swarm_config', 'available_cores', 'thread_share', 'set_threads',
+           'UnsupportedPlatform', 'require_process_groups', 'run_node', 'node_process', 'ProcessSwarm', 'swarm_key',
+           'read_pid_file', 'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'waiting_for_peers',
+           'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
 
 # %% ../nbs/16_swarm.ipynb #9fd05b32
 def parse_override(text:str) -> tuple:
@@ -349,7 +349,9 @@ def _remote_state(exp, node:str, launched_at:float|None) -> str:
     lease = lease_file(exp, node)
     try: missing = path_kind(lease) is None
     except OSError: missing = False  # a link above it: `lease_alive` says what it can
-    if missing: return "remote" if launched_at is not None and time.time() - launched_at < LEASE_STALE else "exited"
+    # a launch dated in the future (clocks apart, or a planted file) is no reason to wait for ever
+    fresh = launched_at is not None and -LEASE_SKEW <= time.time() - launched_at < LEASE_STALE
+    if missing: return "remote" if fresh else "exited"
     return "exited" if lease_alive(lease) is False else "remote"
 
 def process_states(exp, info:dict|None=None) -> dict:
@@ -437,18 +439,37 @@ def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
     return ProcessSwarm(cfgs, threads).start()
 
 # %% ../nbs/16_swarm.ipynb #fcd84772
+DISK_WALK_DEPTH = 32           # folder levels a disk count goes down (a run folder has six); deeper is not counted
+DISK_WALK_ENTRIES = 1_000_000  # entries it looks at (a run has thousands); past them, it stops where it got
+
 def disk_usage(path) -> int:
-    "Bytes in the regular files under `path` (links are neither followed nor counted); 0 when there is nothing."
+    """Bytes in the regular files under `path` (links are neither followed nor counted), to `DISK_WALK_DEPTH` levels
+    and `DISK_WALK_ENTRIES` entries; 0 when there is nothing. A loop, not a recursion: a planted chain of thousands
+    of folders is no crash."""
     try: fd = open_dir(path)  # a link at `path` or above it (below the root) counts nothing
     except OSError: return 0
-    total = 0
+    total, seen, stack = 0, 0, []
     try:
-        for _, _, files, dfd in os.fwalk(".", dir_fd=fd):  # fwalk walks by descriptors and never follows a link
-            for name in files:
-                try: st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                except OSError: continue  # removed while we walk
-                if stat.S_ISREG(st.st_mode): total += st.st_size
-    finally: os.close(fd)
+        stack.append((fd, os.scandir(fd)))  # a folder's descriptor and its listing, one per level down
+        while stack and seen < DISK_WALK_ENTRIES:
+            dfd, listing = stack[-1]
+            entry = next(listing, None)
+            if entry is None:
+                listing.close()
+                os.close(stack.pop()[0])
+                continue
+            seen += 1
+            try: st = entry.stat(follow_symlinks=False)
+            except OSError: continue  # removed while we walk
+            if stat.S_ISREG(st.st_mode): total += st.st_size
+            elif stat.S_ISDIR(st.st_mode) and len(stack) < DISK_WALK_DEPTH:
+                try: child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                except OSError: continue  # swapped for a link, or gone
+                stack.append((child, os.scandir(child)))
+    finally:
+        for dfd, listing in stack:
+            listing.close()
+            os.close(dfd)
     return total
 
 # %% ../nbs/16_swarm.ipynb #740720fe

@@ -698,9 +698,12 @@ class FolderTransport(Transport):
             raise ValueError(f"the key folder {kd} is inside the shared pool {rt}: private keys must never be shared; "
                              f"set SAPO_KEY_DIR (or key_dir) to a private folder outside it")
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(self.exp_dir, _O_DIR))  # refuses an experiment folder that is a link
-            fd = os.open(self.dir, _O_DIR)  # ... and a rollouts folder that is a link
+            self.root.mkdir(parents=True, exist_ok=True)  # the root is the user's own: trusted, links and all
+            rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+            try: efd = _open_dir(experiment, rfd, create=True)  # refuses an experiment folder that is a link ...
+            finally: os.close(rfd)
+            try: fd = _open_dir("rollouts", efd, create=True)  # ... and a rollouts folder that is a link, creating
+            finally: os.close(efd)                             # nothing through either
             try:
                 probe = f".probe~{os.getpid()}-{secrets.token_hex(4)}.tmp"
                 os.close(os.open(probe, _O_NEW, 0o600, dir_fd=fd))

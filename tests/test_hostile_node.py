@@ -188,3 +188,17 @@ def test_resume_with_changed_learning_rate_applied(tmp_path):
     n = node(cfg.replace(rounds=3, learning_rate=5e-5)); n.resume()
     assert [g["lr"] for g in n.trainer.opt.param_groups] == [5e-5] * len(n.trainer.opt.param_groups)
     n.close()
+
+
+def test_join_current_ignores_planted_empty_round_folder(tmp_path):
+    """Someone creates empty `round_3` and `round_999999999` folders in the pool: a late joiner starts at the newest
+    round the others published groups in (2), not at a planted one (round 999999999 would have ended it at once)."""
+    from sapo_nb.transport import FolderTransport
+    cfg = tiny(tmp_path, rounds=5, external_questions=2)
+    early = SwarmNode(cfg, transport=FolderTransport(tmp_path / "pool", "exp"), log=lambda *_: None)
+    for _ in range(3): early.step()
+    for r in (3, 999_999_999): (tmp_path / "pool" / "exp" / "rollouts" / f"round_{r}").mkdir()
+    late = SwarmNode(cfg.replace(node_id="node-1"), transport=FolderTransport(tmp_path / "pool", "exp"),
+                     log=lambda *_: None)
+    assert late.resume(join_current=True) == 2
+    early.close(); late.close()

@@ -5,7 +5,7 @@ rows of the wrong shape, pid files naming processes the panel never started (pid
 itself, a bystander with its true start time), FIFOs and oversized files, and folder names and log lines that are
 HTML. Every test runs in a temp folder in seconds; no signal ever leaves the test (sends are recorded instead).
 """
-import json, os, signal, socket, subprocess, sys, threading
+import json, os, signal, socket, subprocess, sys, threading, time
 
 import psutil
 import pytest
@@ -235,3 +235,15 @@ def test_panel_escapes_log_lines_and_errors(tmp_path):
     def boom(): raise RuntimeError(XSS)
     p._guarded(boom)  # an exception's text, as a button shows it
     assert "<img" not in p.message.value and "&lt;img" in p.message.value
+
+
+def test_future_dated_launch_on_another_host_does_not_block_launch(tmp_path):
+    """A pid file of another host dated a day ahead, with no lease: its node reads as exited, not as one still loading
+    its model (which refused every launch in the folder for as long as the date stayed ahead)."""
+    exp = tmp_path / "exp"
+    plant(exp, {"node-0": dict(pid=4242, create_time=1.0)}, host="elsewhere")
+    info = json.loads((exp / PID_FILE).read_text())
+    (exp / PID_FILE).write_text(json.dumps(dict(info, launched_at=time.time() + 86_400)))
+    assert process_states(exp) == {"node-0": "exited"}
+    (exp / PID_FILE).write_text(json.dumps(dict(info, launched_at=time.time() - 10)))  # launched just now: loading
+    assert process_states(exp) == {"node-0": "remote"}

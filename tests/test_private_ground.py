@@ -395,3 +395,42 @@ def test_planted_sparse_state_is_refused_unread(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(CheckpointError, match="more than the"): checkpoint_state(ck)
     assert time.monotonic() - t0 < 1
+
+
+def test_pool_root_inside_the_run_folder_is_refused(tmp_path):
+    """The shared pool folder inside the node's own run folder (`pool_root` = `<root>/<experiment>` or below it), where
+    peers who write the pool would write its checkpoints and leases: refused at start, saying why."""
+    for pool in ("sapo", "sapo/checkpoints"):
+        cfg = tiny(tmp_path / "runs", transport="folder", experiment="sapo", pool_root=str(tmp_path / "runs" / pool))
+        with pytest.raises(ValueError, match="inside this node's run folder"): node(cfg)
+
+
+def test_disk_usage_survives_deep_planted_tree(tmp_path):
+    """A chain of 1,500 nested folders planted under the pool (Python's own folder walk recursed once per level, and
+    `sapo clean` and the end of `sapo swarm` crashed with RecursionError): counted as far as it goes, and clean works."""
+    from sapo_nb.swarm import disk_usage
+    root = tmp_path / "root"; (root / "exp" / "logs" / "node-0").mkdir(parents=True)
+    (root / "exp" / "rollouts" / "f.json").parent.mkdir(parents=True)
+    (root / "exp" / "rollouts" / "f.json").write_bytes(b"x" * 10)
+    fd = os.open(root / "exp" / "rollouts", os.O_RDONLY)
+    for _ in range(1500):  # level by level: Python's own mkdir(parents=True) recurses too
+        os.mkdir("d", dir_fd=fd)
+        fd, up = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(up)
+    os.close(fd)
+    try:
+        assert disk_usage(root / "exp") == 10
+        code, out, err = cli("clean", "--root", str(root), "--experiment", "exp")
+        assert code == 0 and "Traceback" not in err, err
+    finally:
+        for k in range(1500, 0, -1): os.rmdir(str(root / "exp" / "rollouts") + "/d" * k)
+
+
+def test_linked_experiment_in_pool_creates_nothing_outside(tmp_path):
+    """`<pool_root>/<experiment>` planted as a link to another folder: opening the pool refuses it, and creates no
+    `rollouts/` in the folder it points to (the folder was created through the link before it was checked)."""
+    from sapo_nb.transport import FolderTransport
+    elsewhere = tmp_path / "elsewhere"; elsewhere.mkdir()
+    (tmp_path / "pool").mkdir(); (tmp_path / "pool" / "exp").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="cannot use"): FolderTransport(tmp_path / "pool", "exp")
+    assert list(elsewhere.iterdir()) == []
