@@ -95,6 +95,7 @@ REJECT_REASONS = {
     "symlink": "a symbolic link where a rollout file or a round folder should be (never followed)",
     "not_regular": "a FIFO, device, socket or folder where a rollout file should be (never read)",
     "too_large": "more bytes than max_file_bytes",
+    "too_much_structure": "more objects and lists than a rollout of max_groups_per_file groups opens (not parsed)",
     "bad_json": "not UTF-8 strict JSON (for example half-written, or NaN)",
     "bad_schema": "not a JSON object, or schema is not SCHEMA_VERSION",
     "unexpected_field": "a field the schema does not have, in the rollout or a group (e.g. answer, metadata, rewards)",
@@ -119,7 +120,7 @@ REJECT_REASONS = {
     "bad_completion": "completions is not a list of non-empty strings",
     "completion_too_long": "a completion is longer than max_completion_chars",
     "bad_truncated": "truncated is not a list of booleans",
-    "planted_own_name": "a file at our own rollout's name that is not our signed rollout of its round: replaced",
+    "planted_own_name": "an entry at our own rollout's name that is not our signed rollout of its round: not kept",
 }
 
 # %% ../nbs/10_transport.ipynb #c71f0ffd
@@ -160,6 +161,16 @@ def check_group(group, # one group as parsed from JSON
 # %% ../nbs/10_transport.ipynb #7e5d68d4
 def _no_constants(name): raise ValueError(f"{name} is not strict JSON")
 
+# %% ../nbs/10_transport.ipynb #b04bb9ad
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*\\?(?:"|\Z)')  # a JSON string; one left open runs to the end
+
+def _too_much_structure(data: bytes, lim: PoolLimits) -> bool:
+    "Whether `data` opens more objects and lists, outside its strings, than a rollout of `lim`'s groups can."
+    cap = 4 * lim.max_groups_per_file + 16
+    if data.count(b"{") + data.count(b"[") <= cap: return False
+    bare = _STRING.sub(b"", data)
+    return bare.count(b"{") + bare.count(b"[") > cap
+
 # %% ../nbs/10_transport.ipynb #1984ece6
 def _check_header(obj, lim, expected_round, expected_node, expected_experiment) -> str|None:
     "The file-level reject reason of a parsed rollout (before identity), or None."
@@ -192,6 +203,7 @@ def decode_rollout(data: bytes, # the received bytes
     try:
         if not isinstance(data, (bytes, bytearray)): return [], ["bad_json"]
         if len(data) > lim.max_file_bytes: return [], ["too_large"]
+        if _too_much_structure(bytes(data), lim): return [], ["too_much_structure"]
         try: obj = json.loads(bytes(data).decode("utf-8"), parse_constant=_no_constants)
         except (ValueError, RecursionError): return [], ["bad_json"]
         why = _check_header(obj, lim, expected_round, expected_node, expected_experiment) or check_signature(obj) \
@@ -396,6 +408,22 @@ def publish(self: Transport, round: int, # round number
         logger.warning("%s pool: round %d of %s not published: %s", self.name, round, node_id, e.strerror or e)
         return 0
     return len(payload)
+
+# %% ../nbs/10_transport.ipynb #031ee259
+@patch
+def _is_own_rollout(self: Transport, data, round: int, node_id: str) -> bool:
+    """Whether `data` is `node_id`'s (our wire id's) signed rollout of `round` in this pool; a rollout that is not is
+    counted as `planted_own_name`."""
+    groups, why = decode_rollout(data, round, self.limits, node_id, self.experiment, self.swarm)
+    if groups or not why: return True
+    self._reject("planted_own_name", f"{node_id} in round {round} ({why[0]})")
+    return False
+
+# %% ../nbs/10_transport.ipynb #22ab2722
+def _read_or_none(e: Entry) -> bytes|None:
+    "The bytes of entry `e`, or None where it cannot be read."
+    try: return e.read()
+    except (Rejected, OSError): return None
 
 # %% ../nbs/10_transport.ipynb #a1e0c004
 def fair_share(amounts: list, # what each sender would take (bytes of its entry, or its groups), in reading order
@@ -733,11 +761,7 @@ def _put(self: FolderTransport, round, node_id, payload):
         if e.errno in _BLOCKING:
             raise BlockedPath(e.errno, f"{self.round_dir(round)} is not a folder (a link or a file)") from None
         raise
-    def ours(data) -> bool:  # our signed rollout of this round: kept; anything else at our name was planted
-        groups, why = decode_rollout(data, round, self.limits, node_id, self.experiment, self.swarm)
-        if groups or not why: return True
-        self._reject("planted_own_name", f"{node_id}.json in round {round} ({why[0]})")
-        return False
+    ours = lambda data: self._is_own_rollout(data, round, node_id)  # kept; anything else at our name is replaced
     try: return _write_own(rfd, f"{node_id}.json", payload, node_id, keep=ours, keep_limit=self.limits.max_file_bytes)
     finally: os.close(rfd)
 
@@ -1052,7 +1076,9 @@ def _rejoin(self: HivemindTransport) -> int:
 def _put(self: HivemindTransport, round, node_id, payload):
     self._rejoin()
     self._seen_rounds.add(round)
-    if any(e.key == self.subkey(node_id) for e in self._entries(round)): return False  # published before
+    mine = [e for e in self._entries(round) if e.node == node_id]
+    if any(e.key == self.subkey(node_id) for e in mine): return False  # published before, by this transport
+    if any(self._is_own_rollout(_read_or_none(e), round, node_id) for e in mine): return False  # by an earlier one
     ok = self._run(self._node.store(self._key(round), payload, self._now() + self.expiration,
                                     subkey=self.subkey(node_id)))
     if not ok: logger.warning("hivemind: no DHT node accepted %s's rollout for round %d", node_id, round)

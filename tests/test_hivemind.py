@@ -290,3 +290,19 @@ def test_swarm_across_hosts_in_network_namespaces(tmp_path):
             p.wait()
         for kind, name in reversed(made):
             subprocess.run(["ip", kind, "del", name], capture_output=True)
+
+
+def test_a_restarted_node_keeps_its_first_publication_of_a_round(swarm):
+    """A node publishes round 0, its process ends, and a new transport of the same key (a fresh DHT owner marker)
+    runs round 0 again after a resume: the first publication stays, as on the other pools, instead of a second version
+    of the round beside it (receivers kept one of the two at random)."""
+    a, b, _ = swarm["a"], swarm["b"], swarm["c"]
+    assert a.publish(0, "alice", groups("first")) > 0
+    assert {g.question for g in poll(b, 0, "bob", {"alice"})} == {"first q0", "first q1"}
+    again = HivemindTransport("hm-test", initial_peers=a.maddrs, **LOOPBACK)  # the resumed process
+    try:
+        assert again.subkey(again.own_id("alice")) != a.subkey(a.own_id("alice"))  # another owner marker
+        assert again.publish(0, "alice", groups("second")) == 0 and again.unpublished["published_before"] == 1
+        b._cache.clear()
+        assert {g.question for g in b.collect(0, exclude="bob")} == {"first q0", "first q1"}
+    finally: again.close()

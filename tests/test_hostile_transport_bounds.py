@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from sapo_nb.core import safe_text
+from sapo_nb.core import Group, safe_text
 from sapo_nb.identity import alias_of, load_key, public_key_hex, wire_id
 from sapo_nb.transport import FolderTransport, MemoryTransport, PoolLimits
 
@@ -182,3 +182,22 @@ def test_churned_files_do_not_grow_receiver_memory(tmp_path):
     for poll in range(6):  # 300 empty files under fresh names a poll
         churn(poll, lambda p: [(rd / f"j{p}x{k}.{'0' * 20}.json").write_bytes(b"") for k in range(300)])
         assert len(victim._counted) <= victim.counted_max, (poll, len(victim._counted))
+
+
+def test_structure_heavy_file_is_refused_before_parsing():
+    """A file of the largest size a pool reads, all empty objects (`[{},{},...]`, 2.7 million of them): refused as
+    `too_much_structure` without being parsed (parsing it took 200 MB and a second), while a rollout whose completions
+    are full of brackets still decodes."""
+    import tracemalloc
+    from sapo_nb.transport import PoolLimits, decode_rollout
+    lim = PoolLimits()
+    flood = b"[" + b"{}," * ((lim.max_file_bytes - 4) // 3) + b"{}]"
+    tracemalloc.start()
+    try: assert decode_rollout(flood, 0, lim) == ([], ["too_much_structure"])
+    finally: peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
+    assert peak < 2 * len(flood), peak  # the bytes and a copy at most, not an object per brace
+    mem = MemoryTransport(limits=lim)
+    g = Group(task="basic_arithmetic", item=dict(component=0, seed=1, index=0), question="q",
+              completions=["\\frac{1}{2} [x] {" * 200] * 2, truncated=[False] * 2)
+    groups, why = decode_rollout(mem.encode(0, "alice", [g] * 64), 0, lim)
+    assert len(groups) == 64 and why == []
