@@ -77,12 +77,12 @@ def evaluation_allowance(rows, # a node's valid rows, oldest first
     evaluations its run has left, for the ETA."""
     rows = list(rows)
     secs, rounds, every = evaluation_seconds(rows, cfg), cfg.get("rounds"), cfg.get("eval_every")
-    if not rows or not secs or not _run_length(rounds) or not is_count(every): return 0.0, 0.0
+    if not (rows and secs and _run_length(rounds) and is_count(every) and every): return 0.0, 0.0  # no evaluations
     took = lambda r: secs.get(evaluation_after(r, rounds, every), 0.0)
     last = rows[-1]["round"]
     wait = sharing * took(last + 1) + (sharing - 1) * took(last)
     first, end = last + 1, rounds - 1  # rounds still to run, the final one apart
-    curves = max(0, end // every - first // every) if every and first <= end else 0  # r + 1 a multiple of `every`
+    curves = max(0, end // every - first // every) if first <= end else 0  # rounds whose r + 1 `every` divides
     return wait, sharing * (curves * secs["curve"] + (secs["final"] if first <= end else 0.0))
 
 # %% ../nbs/17_monitor.ipynb #73b9f966

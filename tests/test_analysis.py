@@ -2,7 +2,8 @@
 
 Whatever a metrics file holds (torn lines, wrong types, nested junk, duplicated rounds), `load_runs`:
   * never raises;
-  * keeps exactly one row per distinct valid round (a non-negative integral number, bools excluded), the last one written;
+  * keeps exactly one row per round among the rows `core.valid_metrics_row` accepts, the first one written (as
+    `sapo status` and the panel read the file, and as a node's own rewrite on resume leaves it);
   * gives only floats (or NaN) in the metric columns, never a string or an infinity;
 and `cumulative_reward` equals a sum computed here independently of the code under test.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from sapo_nb.analysis import METRIC_COLUMNS, cumulative_reward, load_runs
+from sapo_nb.core import valid_metrics_row
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -22,8 +24,11 @@ rounds = st.one_of(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3),
                    st.sampled_from([-1, 2.0, 2.5, True, False, None, "1", math.inf, math.nan]), st.floats(-1, 6))
 values = st.one_of(scalars, st.lists(scalars, max_size=2), st.dictionaries(st.text(max_size=3), scalars, max_size=2))
 rewards = st.one_of(st.floats(0, 1), st.floats(0, 1), values)
+# a node's row, every required field there, with the round, the reward and a few others drawn from good and bad values
+REQUIRED = dict(node_id="n0", I=2, J=2, pool_available=0, pool_selected=0, seconds={"total": 1.0}, time=1.0)
 rows = st.fixed_dictionaries({"round": rounds, "reward_train": rewards},
-                             optional={k: values for k in ("reward_local", "J", "loss", "seconds")})
+                             optional={k: values for k in ("reward_local", "J", "loss", "seconds")}
+                             ).map(lambda r: {**REQUIRED, **r})
 lines = st.lists(st.one_of(rows.map(lambda r: json.dumps(r)), st.text(max_size=20), st.just("[1, 2]"), st.just('{"round": 3, "rew')),
                  max_size=25)
 
@@ -38,8 +43,10 @@ def number(v):
 
 @SETTINGS
 @given(st.lists(lines, min_size=1, max_size=3))
-@example([['{"round": 0, "reward_train": 0.25}', '{"round": 0, "reward_train": 0.75}', '{"round": 1, "reward_train": "x"}'],
-          ['{"round": 2, "reward_train": Infinity, "loss": -Infinity, "J": NaN}', '{"round": true}', '{"round": -1, "reward_train": 0.5}', '{"round": 1.5}']])
+@example([[json.dumps({**REQUIRED, "round": 0, "reward_train": 0.25}), json.dumps({**REQUIRED, "round": 0, "reward_train": 0.75}),
+           json.dumps({**REQUIRED, "round": 1, "reward_train": "x"})],
+          ['{"round": 2, "reward_train": Infinity, "loss": -Infinity, "J": NaN}', '{"round": true}',
+           json.dumps({**REQUIRED, "round": -1, "reward_train": 0.5}), json.dumps({**REQUIRED, "round": 1.5})]])
 def test_loader_never_raises_and_keeps_valid_rows(files):
     with tempfile.TemporaryDirectory() as d:
         expected, total = 0, 0.0
@@ -47,11 +54,11 @@ def test_loader_never_raises_and_keeps_valid_rows(files):
             f = Path(d) / "logs" / f"n{k}" / "metrics.jsonl"
             f.parent.mkdir(parents=True)
             f.write_text("\n".join(ls))
-            last = {}  # round -> the last valid row written for it (what the loader must keep)
+            last = {}  # round -> the first valid row written for it (what the loader must keep)
             for line in ls:
                 try: r = json.loads(line)
                 except ValueError: continue
-                if isinstance(r, dict) and valid_round(r.get("round")): last[int(r["round"])] = r
+                if valid_metrics_row(r) and valid_round(r["round"]): last.setdefault(int(r["round"]), r)
             expected += len(last)
             total += sum(number(r.get("reward_train")) or 0.0 for r in last.values())
         df = load_runs(d)
