@@ -8,7 +8,7 @@ import html, itertools, json, math, os, re, time, warnings, zlib
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .core import (PHASES, RoundMetrics, counted, first_of_each_round, plural, is_count, is_finite,
+from .core import (PHASES, RoundMetrics, configured_rounds, counted, first_of_each_round, plural, is_finite,
                           metric_columns, node_files, read_jsonl, read_node_configs, read_run_config, safe_text,
                           valid_metrics_row)
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value,
@@ -214,8 +214,7 @@ def load_runs(
         for f in node_files(run_dir, "metrics.jsonl"):
             node = f.parent.name  # the folder is authoritative: a node writes only its own
             cfg = nodes.get(node, {})
-            adaptive, planned = str(cfg.get("adaptive", "off")), cfg.get("rounds")
-            planned = planned if is_count(planned) and planned >= 1 else None
+            adaptive, planned = str(cfg.get("adaptive", "off")), configured_rounds(cfg)
             read = read_jsonl(f)
             valid = first_of_each_round(r for r in read if valid_metrics_row(r))
             invalid += len(read) - len(valid)

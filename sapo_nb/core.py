@@ -16,10 +16,10 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'NO_HARD_LINKS', 'JSONL_MAX_BYTES', 'JS
            'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append',
            'path_kind', 'list_dir', 'remove', 'rename', 'safe_text', 'printable_text', 'plural', 'counted',
            'atomic_write', 'create_once', 'read_json_file', 'parse_jsonl_line', 'read_jsonl_counted', 'read_jsonl',
-           'append_jsonl', 'read_run_config', 'node_dirs', 'node_files', 'read_node_configs', 'experiment_dir',
-           'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path', 'is_finite',
-           'is_count', 'RoundMetrics', 'valid_metrics_row', 'first_of_each_round', 'metric_columns', 'machine_type',
-           'provenance']
+           'append_jsonl', 'read_run_config', 'node_dirs', 'node_files', 'configured_rounds', 'read_node_configs',
+           'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path',
+           'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'first_of_each_round', 'metric_columns',
+           'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -376,6 +376,11 @@ def node_files(run_dir, name:str) -> list:
     return out
 
 # %% ../nbs/00_core.ipynb #0a017569
+def configured_rounds(cfg:dict) -> int|None:
+    "The rounds a node config read from a run folder (untrusted) says its node runs; None where it does not say."
+    n = cfg.get("rounds") if isinstance(cfg, dict) else None
+    return n if is_count(n) and n >= 1 else None
+
 def _written_at(path) -> float:
     "When `path` (not a link it may be) was last written; -inf where it cannot be read."
     try: return os.stat(path, follow_symlinks=False).st_mtime

@@ -219,7 +219,8 @@ class NodeLease:
                     return self._hold(token)
                 info, age = read_lease(self.path)
                 if info is None: continue  # released between our two looks
-                if not _is_stale(info, age, self.stale_after): raise NodeRunning(self._held_message(info, age), _holder_text(info))
+                if not _is_stale(info, age, self.stale_after):
+                    raise NodeRunning(self._held_message(info, age), _holder_text(info))
                 self._take_over(info)
             raise NodeRunning(f"{self.node_id}: could not take the lease {self.path}; other processes keep claiming it")
         except BaseException:

@@ -11,7 +11,8 @@ from fastcore.basics import patch
 from .config import printable_name, evaluation_after
 from .identity import alias_of, valid_wire_id
 from .transport import UNSIGNED_REASONS
-from .core import (first_of_each_round, is_count, is_finite, node_dirs, open_regular, parse_jsonl_line,
+from .core import (configured_rounds, first_of_each_round, is_count, is_finite, node_dirs, open_regular,
+                          parse_jsonl_line,
                           printable_text, read_jsonl, read_jsonl_counted, read_node_configs, trust_root,
                           valid_metrics_row)
 
@@ -22,16 +23,11 @@ __all__ = ['STALE_FLOOR', 'STALE_ROUNDS', 'PACE_ROWS', 'PEER_FLAG_ROUNDS', 'NOT_
            'moving_average', 'NodeSeries', 'SwarmWatcher', 'tail_lines', 'run_summary', 'format_summary',
            'compare_answers', 'format_comparison']
 
-# %% ../nbs/17_monitor.ipynb #5cd7edc2
-def _run_length(x) -> bool: return is_count(x) and x >= 1
-
 # %% ../nbs/17_monitor.ipynb #1824781a
-def _planned(cfg:dict) -> int|None: return cfg["rounds"] if _run_length(cfg.get("rounds")) else None
-
 def planned_rounds(exp) -> dict:
     """{node: rounds to run} from the newer of `<exp>/config.json` and each `logs/<node>/config.json`
     (`core.read_node_configs`); entries of the wrong shape left out."""
-    return {node: n for node, c in read_node_configs(exp).items() if (n := _planned(c)) is not None}
+    return {node: n for node, c in read_node_configs(exp).items() if (n := configured_rounds(c)) is not None}
 
 # %% ../nbs/17_monitor.ipynb #a7d2c4e9
 STALE_FLOOR = 60.0  # seconds: no node reads stale sooner
@@ -73,11 +69,11 @@ def evaluation_allowance(rows, # a node's valid rows, oldest first
                          sharing:int=1, # the nodes that take turns in its process (1: a process of its own)
                         ) -> tuple:
     """`(wait, left)` in seconds: how much longer than its pace the node's next row may take for held-out evaluations
-    (its own next one, and in a shared process the others' of the round it just ended), and the time of the
-    evaluations its run has left, for the ETA."""
+    (in a process of `sharing` nodes taking turns, all of theirs of its next round, and the others' of the round it
+    just ended: the most it can wait), and the time of the evaluations its run has left, for the ETA."""
     rows = list(rows)
-    secs, rounds, every = evaluation_seconds(rows, cfg), cfg.get("rounds"), cfg.get("eval_every")
-    if not (rows and secs and _run_length(rounds) and is_count(every) and every): return 0.0, 0.0  # no evaluations
+    secs, rounds, every = evaluation_seconds(rows, cfg), configured_rounds(cfg), cfg.get("eval_every")
+    if not (rows and secs and rounds and is_count(every) and every): return 0.0, 0.0  # no evaluations
     took = lambda r: secs.get(evaluation_after(r, rounds, every), 0.0)
     last = rows[-1]["round"]
     wait = sharing * took(last + 1) + (sharing - 1) * took(last)
@@ -206,13 +202,21 @@ def _lease_process(exp, node:str, seen:str) -> str|None:
     if seen == "-": return "running" if held else None
     return "exited" if held is False else None
 
+def _process_state(exp, node:str, seen:str, proc:str|None) -> str|None:
+    """What runs `node`: its process state from the pid file (`proc`), unless that says 'exited' while a process holds
+    the node's lease now (a node started again since, by hand or by another launch); without one, its lease."""
+    from sapo_nb.durability import lease_alive, lease_file
+    if proc == "exited" and lease_alive(lease_file(exp, node)): return "running"
+    return proc or _lease_process(exp, node, seen)
+
 # %% ../nbs/17_monitor.ipynb #7a4812e6
 def _sharing(exp, nodes:list) -> dict:
     """{node: how many of `nodes` hold their lease from one process with it}: 4 for nodes taking turns in one process,
     1 for a process of its own, or where its lease does not say."""
-    from sapo_nb.durability import NodeRunning, lease_file, read_lease
+    from sapo_nb.durability import NodeRunning, lease_alive, lease_file, read_lease
     holder = {}
     for n in nodes:
+        if not lease_alive(lease_file(exp, n)): continue  # a lease left by a process that is gone shares nothing
         try: info, _ = read_lease(lease_file(exp, n))
         except (NodeRunning, OSError): continue
         if isinstance(info, dict) and isinstance(info.get("host"), str) and is_count(info.get("pid")):
@@ -237,12 +241,12 @@ def swarm_status(root, # the runs folder
         read, bad = read_jsonl_counted(d / "metrics.jsonl")
         rows = first_of_each_round(r for r in read if valid_metrics_row(r))
         cfg = configs.get(d.name, {})
-        status = node_status(d.name, rows[-1] if rows else None, bad + len(read) - len(rows), _planned(cfg), now,
+        status = node_status(d.name, rows[-1] if rows else None, bad + len(read) - len(rows), configured_rounds(cfg), now,
                              stale_after, wall_pace(rows), evaluation_allowance(rows, cfg, sharing[d.name]))
         out.append(dict(status, peers=peer_table(rows)))
     for row in out:
-        proc = states.get(row["node"]) or _lease_process(exp, row["node"], row["state"])
-        row["state"] = _with_process(row["state"], proc)
+        row["state"] = _with_process(row["state"], _process_state(exp, row["node"], row["state"],
+                                                                  states.get(row["node"])))
     return out
 
 # %% ../nbs/17_monitor.ipynb #147ee0e9
@@ -358,7 +362,7 @@ def refresh(self:SwarmWatcher) -> dict:
         if n or series.reader.restarted: changed[name] = n
     if changed or not self.total_rounds:
         self.configs = read_node_configs(self.dir)
-        self.total_rounds = {n: r for n, c in self.configs.items() if (r := _planned(c)) is not None}
+        self.total_rounds = {n: r for n, c in self.configs.items() if (r := configured_rounds(c)) is not None}
     return changed
 
 # %% ../nbs/17_monitor.ipynb #f058bf72
@@ -380,7 +384,7 @@ def status(self:SwarmWatcher,
         row = node_status(name, last, s.reader.bad if s else 0, self.total_rounds.get(name), now, stale_after,
                           wall_pace(s.last_rows) if s else None,
                           evaluation_allowance(recent, self.configs.get(name, {}), sharing[name]))
-        row["state"] = _with_process(row["state"], states.get(name) or _lease_process(self.dir, name, row["state"]))
+        row["state"] = _with_process(row["state"], _process_state(self.dir, name, row["state"], states.get(name)))
         row["peers"] = s.peers.table() if s else []
         out.append(row)
     return out

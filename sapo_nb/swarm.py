@@ -440,17 +440,24 @@ def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
 
 # %% ../nbs/16_swarm.ipynb #fcd84772
 DISK_WALK_DEPTH = 32           # folder levels a disk count goes down (a run folder has six); deeper is not counted
+_O_SUBDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 DISK_WALK_ENTRIES = 1_000_000  # entries it looks at (a run has thousands); past them, it stops where it got
+
+def _listed(dfd:int) -> tuple|None:
+    "`(dfd, its listing)`, or None (and `dfd` closed) where the folder cannot be listed."
+    try: return dfd, os.scandir(dfd)
+    except OSError:
+        os.close(dfd)
+        return None
 
 def disk_usage(path) -> int:
     """Bytes in the regular files under `path` (links are neither followed nor counted), to `DISK_WALK_DEPTH` levels
     and `DISK_WALK_ENTRIES` entries; 0 when there is nothing. A loop, not a recursion: a planted chain of thousands
     of folders is no crash."""
-    try: fd = open_dir(path)  # a link at `path` or above it (below the root) counts nothing
+    try: top = _listed(open_dir(path))  # a link at `path` or above it (below the root) counts nothing
     except OSError: return 0
-    total, seen, stack = 0, 0, []
+    total, seen, stack = 0, 0, [top] if top else []  # a folder's descriptor and its listing, one per level down
     try:
-        stack.append((fd, os.scandir(fd)))  # a folder's descriptor and its listing, one per level down
         while stack and seen < DISK_WALK_ENTRIES:
             dfd, listing = stack[-1]
             entry = next(listing, None)
@@ -463,9 +470,9 @@ def disk_usage(path) -> int:
             except OSError: continue  # removed while we walk
             if stat.S_ISREG(st.st_mode): total += st.st_size
             elif stat.S_ISDIR(st.st_mode) and len(stack) < DISK_WALK_DEPTH:
-                try: child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                try: below = _listed(os.open(entry.name, _O_SUBDIR, dir_fd=dfd))
                 except OSError: continue  # swapped for a link, or gone
-                stack.append((child, os.scandir(child)))
+                if below: stack.append(below)
     finally:
         for dfd, listing in stack:
             listing.close()
@@ -504,7 +511,7 @@ def remove_checkpoints(root, experiment:str, log=print,
             continue
         try: lease = NodeLease(SAPOConfig(root=str(root), experiment=experiment, node_id=name)).acquire()
         except NodeRunning as e:
-            log(f"{name}: checkpoints kept, the node runs ({e.holder or 'its lease is held'}): stop it first")
+            log(f"{name}: checkpoints kept, the node runs " + (f"({e.holder}): stop it first" if e.holder else f"({e})"))
             continue
         try:
             size = disk_usage(ck / name)

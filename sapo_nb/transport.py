@@ -120,12 +120,13 @@ REJECT_REASONS = {
     "bad_completion": "completions is not a list of non-empty strings",
     "completion_too_long": "a completion is longer than max_completion_chars",
     "bad_truncated": "truncated is not a list of booleans",
-    "planted_own_name": "an entry at our own rollout's name that is not our signed rollout of its round: not kept",
+    "planted_own_name": ("an entry at our own rollout's name that is not our signed rollout of its round (replaced in "
+                         "a folder; on the DHT, left beside ours)"),
 }
 
 # %% ../nbs/10_transport.ipynb #c71f0ffd
-SIGNED_REASONS = frozenset({"swarm_mismatch", "bad_group", "bad_task", "bad_item", "bad_question", "question_too_long",
-                            "G_mismatch", "bad_completion", "completion_too_long", "bad_truncated"})
+SIGNED_REASONS = frozenset({"bad_group", "bad_task", "bad_item", "bad_question", "question_too_long", "G_mismatch",
+                            "bad_completion", "completion_too_long", "bad_truncated"})
 UNSIGNED_REASONS = frozenset(REJECT_REASONS) - SIGNED_REASONS  # anyone can cause these under any name
 
 # %% ../nbs/10_transport.ipynb #b8a7e8a5
@@ -646,7 +647,7 @@ def _is_temp(name: str) -> bool: return name.startswith(".") or name.endswith(".
 def _open_dir(name, dir_fd=None, create: bool=False) -> int:
     "A descriptor of the folder `name` (relative to `dir_fd`), never through a link at its last component."
     if create:
-        try: os.mkdir(name, 0o755, dir_fd=dir_fd)
+        try: os.mkdir(name, 0o777, dir_fd=dir_fd)  # as the umask allows: a pool a group shares stays writable
         except FileExistsError: pass
     return os.open(name, _O_DIR, dir_fd=dir_fd)
 
@@ -673,15 +674,16 @@ def read_regular(name, # file name, relative to dir_fd
 
 # %% ../nbs/10_transport.ipynb #2160f90e
 def _write_own(dir_fd: int, name: str, payload: bytes, owner: str,
-               keep: Callable[[bytes], bool]|None=None, # None: replace what is there; else keep a regular file there
-                                                        # whose bytes it accepts
+               keep: Callable[[bytes], bool]|bool|None=None, # None: replace what is there; True: keep any regular
+                                                             # file there; a function: keep one whose bytes it accepts
                keep_limit: int=4_000_000, # bytes of a file there that `keep` reads; a larger one is not kept
               ) -> bool:
-    """Write `payload` whole to `name` via a private temp file: True, or False where `keep` accepted the regular file
-    already there; `BlockedPath` if a non-regular file sits there."""
+    """Write `payload` whole to `name` via a private temp file: True, or False where `keep` kept the regular file
+    already there; `BlockedPath` if a non-regular file sits there or the folder refuses us (another user's file)."""
     def kept() -> bool:
+        if keep is True: return True
         try: return bool(keep(read_regular(name, dir_fd, keep_limit)))
-        except (Rejected, FileNotFoundError): return False  # too large, or gone: not one to keep
+        except (Rejected, OSError): return False  # too large, gone or unreadable: not one to keep
     try: st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError: st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -699,7 +701,8 @@ def _write_own(dir_fd: int, name: str, payload: bytes, owner: str,
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return True
     except OSError as e:
-        if e.errno in _BLOCKING: raise BlockedPath(e.errno, f"cannot write {name}: {e.strerror}") from None
+        if e.errno in _BLOCKING | {errno.EPERM, errno.EACCES}:
+            raise BlockedPath(e.errno, f"cannot write {name}: {e.strerror}") from None
         raise
     finally:
         try: os.unlink(tmp, dir_fd=dir_fd)
@@ -839,7 +842,7 @@ def _swarm_id(self: FolderTransport) -> str:
     "This pool's swarm id, drawn and written by the first transport that opens it."
     efd = os.open(self.exp_dir, _O_DIR)
     try:
-        try: _write_own(efd, SWARM_FILE, f"{secrets.token_hex(16)}\n".encode(), "swarm", keep=lambda _: True)
+        try: _write_own(efd, SWARM_FILE, f"{secrets.token_hex(16)}\n".encode(), "swarm", keep=True)
         except BlockedPath: pass  # something else is there: reading it says what
         for _ in range(50):  # without hard links another node's id can be part-written for a moment: read it again
             try: text = read_regular(SWARM_FILE, efd, 256).decode("ascii", "replace").strip()
@@ -1078,7 +1081,9 @@ def _put(self: HivemindTransport, round, node_id, payload):
     self._seen_rounds.add(round)
     mine = [e for e in self._entries(round) if e.node == node_id]
     if any(e.key == self.subkey(node_id) for e in mine): return False  # published before, by this transport
-    if any(self._is_own_rollout(_read_or_none(e), round, node_id) for e in mine): return False  # by an earlier one
+    lim = self.limits  # ... or by an earlier one: as many entries as a round reads, each no larger than a file
+    if any(self._is_own_rollout(_read_or_none(e), round, node_id)
+           for e in mine[:lim.max_files_per_round] if e.size <= lim.max_file_bytes): return False
     ok = self._run(self._node.store(self._key(round), payload, self._now() + self.expiration,
                                     subkey=self.subkey(node_id)))
     if not ok: logger.warning("hivemind: no DHT node accepted %s's rollout for round %d", node_id, round)

@@ -247,3 +247,20 @@ def test_future_dated_launch_on_another_host_does_not_block_launch(tmp_path):
     assert process_states(exp) == {"node-0": "exited"}
     (exp / PID_FILE).write_text(json.dumps(dict(info, launched_at=time.time() - 10)))  # launched just now: loading
     assert process_states(exp) == {"node-0": "remote"}
+
+
+def test_a_node_started_again_reads_running_despite_an_old_pid_file(tmp_path):
+    """The pid file of an earlier launch names node-0's process, long gone; node-0 was started again by hand since and
+    holds its lease, with fresh rows: `sapo status` and the panel read it as running, not as stopped."""
+    from sapo_nb.config import SAPOConfig
+    from sapo_nb.durability import NodeLease
+    exp = tmp_path / "exp"
+    write_rows(exp / "logs" / "node-0" / "metrics.jsonl", [row(r=0, t=time.time() - 5)])
+    plant(exp, {"node-0": dict(pid=4242, create_time=1.0)})  # this host: no such process of that start time
+    lease = NodeLease(SAPOConfig(root=str(tmp_path), experiment="exp", node_id="node-0")).acquire()
+    try:
+        assert process_states(exp) == {"node-0": "exited"}
+        assert swarm_status(tmp_path, "exp", states=process_states(exp))[0]["state"] == "running"
+        w = SwarmWatcher(tmp_path, "exp"); w.refresh()
+        assert w.status(process_states(exp))[0]["state"] == "running"
+    finally: lease.release()

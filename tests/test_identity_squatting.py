@@ -194,3 +194,30 @@ def test_forged_copies_under_a_peers_id_do_not_flag_it(tmp_path):
         assert bob.collect(r, exclude="bob") == []
         rows.append(dict(I=2, pool_selected=0, peers=add_refusals({}, bob.take_refusals())))
     assert [(t["peer"], t["refused"], t["flagged"]) for t in peer_table(rows)] == [(me, {"fingerprint_mismatch": 6}, False)]
+
+
+def test_unreadable_file_at_our_name_does_not_stop_publishing(tmp_path, monkeypatch):
+    """A file at Alice's name that she cannot read (another user's, mode 000): her publication replaces it, or is
+    counted as blocked where the folder will not let her; it never raises out of `publish` and stops her round."""
+    from sapo_nb import transport
+    root = tmp_path / "pool"
+    alice = FolderTransport(root, "exp")
+    me = alice.own_id("alice")
+    alice.round_dir(0).mkdir(parents=True)
+    (alice.round_dir(0) / f"{me}.json").write_bytes(b"theirs")
+    def unreadable(*a, **kw): raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(transport, "read_regular", unreadable)
+    assert alice.publish(0, "alice", groups("mine")) > 0
+    monkeypatch.undo()
+    assert json.loads((alice.round_dir(0) / f"{me}.json").read_bytes())["node_id"] == me
+
+
+def test_oversized_swarm_file_is_never_replaced(tmp_path):
+    """A `swarm_id` file far larger than an id, planted before any node: the pool refuses it with what to do, and never
+    draws a new id over it (which would split the pool: nodes that read the old file and the new one would refuse each
+    other as `swarm_mismatch`)."""
+    (tmp_path / "pool" / "exp").mkdir(parents=True)
+    planted = tmp_path / "pool" / "exp" / "swarm_id"
+    planted.write_bytes(b"0" * 5_000_000)
+    with pytest.raises(ValueError, match="swarm id"): FolderTransport(tmp_path / "pool", "exp")
+    assert planted.stat().st_size == 5_000_000
