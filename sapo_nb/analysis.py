@@ -644,7 +644,7 @@ def seed_table(
     if sc.empty: return pd.DataFrame(columns=cols)
     pct, num = lambda v: f"{v:+.1f}%", lambda v: f"{v:+.4g}"
     eq = lambda r: ("no margin stated" if pd.isna(r.margin) else
-                    f"±{r.margin:.3g}: p = {r.p_equivalence:.3g}" + (", equivalent" if r.equivalent else ", not shown"))
+                    f"±{r.margin:.3g}: p = {r.p_equivalence:.4g}" + (", equivalent" if r.equivalent else ", not shown"))
     t = pd.DataFrame(dict(zip(cols, [
         sc.label, sc.config_a, sc.seeds, sc.mean_a, sc.mean_b,
         [_ci(r.diff, r.diff_low, r.diff_high, num) + f" {metric_units(r.metric)}" for r in sc.itertuples()],
@@ -830,14 +830,20 @@ def plan_verdict(
     nodes:int|None=None, # the nodes of a complete run (the plan's; None: as many as any run has)
     rounds:int|None=None, # the rounds of a complete run (the plan's; None: as far as any run went)
 ) -> dict: # look, pairs, boundary, verdict, sentence, and `compare_by_seed`'s result at that look
-    "The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed."
+    """The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed. Seeds
+    past the last look's are not the plan's; with `rounds`, a run's final value is its last round's or none (never an
+    earlier curve point standing in for a missing final evaluation)."""
     df = complete_runs(df, nodes, rounds)
+    df = df[df.seed < looks[-1][0]] if len(df) else df
+    if len(df) and rounds is not None and summary == "final":
+        df = df.assign(**{metric: df[metric].where(df["round"] == rounds - 1)})
     both = len(df) and {a, b} <= set(df.config)  # a plan's first runs hold one configuration only
     have = set(paired_by_seed(df, metric, a, b, summary, mixed_commits).seed) if both else set()
     done = [(k, n, p) for k, (n, p) in enumerate(looks) if set(range(n)) <= have]
     if not done:
+        first = len(have & set(range(looks[0][0])))
         return dict(look=None, pairs=len(have), boundary=math.nan, verdict="not yet",
-                    sentence=f"{len(have)} of the {looks[0][0]} pairs of the first look have landed: no verdict yet.")
+                    sentence=f"{first} of the {looks[0][0]} pairs of the first look have landed: no verdict yet.")
     for k, n, bound in done:  # looks in order: the first that crosses its boundary stops the plan
         r = compare_by_seed(df[df.seed < n], metric, a, b, summary, margin_pct=margin_pct, mixed_commits=mixed_commits)
         if r["p_value"] < bound: break
@@ -846,11 +852,14 @@ def plan_verdict(
                "continue" if not last else f"no effect within ±{margin_pct:g}%" if r["equivalent"] else "inconclusive")
     fieller = (f" [{r['rel_low_pct']:+.1f}%, {r['rel_high_pct']:+.1f}%]"  # unbounded when b's mean is near zero
                if is_finite(r["rel_low_pct"]) and is_finite(r["rel_high_pct"]) else "")
+    boundary_note = (f" (the 95% interval leaves out 0, but the pre-registered boundary is {bound:g}, not 0.05)"
+                     if bound <= r["p_value"] < 0.05 else "")
     sentence = (f"At the {'final' if last else 'interim'} look ({n} pairs): {a} − {b} = {r['diff']:+.3f} "
                 f"({metric_units(metric)}), 95% CI [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}], "
-                f"{r['rel_pct']:+.1f}% of {b}{fieller}; paired t p = {r['p_value']:.3g} "
-                f"against the boundary {bound:g}; "
-                f"equivalence within ±{margin_pct:g}% p = {r['p_equivalence']:.3g}. Verdict: {verdict}."
+                f"{r['rel_pct']:+.1f}% of {b}{fieller}; paired t p = {r['p_value']:.4g} "
+                f"against the boundary {bound:g}{boundary_note}; equivalence within ±{margin_pct:g}% "
+                f"(±{r['margin']:.4f} {metric_units(metric)}, {margin_pct:g}% of {b}'s mean over these pairs) "
+                f"p = {r['p_equivalence']:.4g}. Verdict: {verdict}."
                 + (f" Provenance: {r['provenance']}." if r.get("provenance") else ""))  # said wherever it is reported
     return dict(r, look="final" if last else "interim", pairs=n, boundary=bound, verdict=verdict, sentence=sentence)
 

@@ -105,3 +105,30 @@ def test_equivalence_is_tested_at_five_percent():
     d = z * m / stats.t.isf(0.07, 11) * math.sqrt(12)
     r = compare_by_seed(plan_table(d).assign(reward_local=lambda t: t.eval_pass1), "reward_local", "2-2", "4-0", margin=m)
     assert abs(r["p_equivalence"] - 0.07) < 1e-9 and r["equivalent"] is False
+
+
+def test_a_run_without_its_final_evaluation_is_not_a_pair():
+    """Seed 3's 2-2 run has no final evaluation (round 99), only a curve point at round 74: with the plan's rounds,
+    that seed is not a pair (its curve point on 64 questions never stands in for the final one on 512), so the
+    first look has not landed."""
+    t = plan_table(with_p(12, 0.5))
+    lost = (t.config == "2-2") & (t.seed == 3)
+    run = pd.concat([t[lost].assign(round=r, eval_pass1=t[lost].eval_pass1.iloc[0] if r == 74 else np.nan)
+                     for r in range(100)])  # every round logged; a value at round 74 only
+    t = pd.concat([t[~lost], run])
+    v = plan_verdict(t, rounds=100)
+    assert (v["look"], v["verdict"]) == (None, "not yet") and v["sentence"].startswith("11 of the 12 pairs"), v
+    assert plan_verdict(t)["look"] == "interim"  # without the plan's rounds, its newest value stands in (as before)
+
+
+def test_seeds_past_the_last_look_are_not_the_plans():
+    """A 25th seed, far from the others, landed after the final look's 24: the final verdict is the 24 seeds'."""
+    d = with_p(24, 0.3)
+    assert plan_verdict(plan_table(list(d) + [0.5]))["p_value"] == plan_verdict(plan_table(d))["p_value"]
+
+
+def test_the_sentence_never_rounds_a_p_value_onto_its_boundary():
+    """p = 0.04796 at the final look: printed to four significant figures, so it never reads as the boundary 0.048."""
+    first = with_p(12, 0.3)
+    v = plan_verdict(plan_table(extended_to(first, 0.04796, 0.02, 5)))
+    assert v["verdict"] == "helps" and "p = 0.04796 against the boundary 0.048" in v["sentence"], v["sentence"]
