@@ -231,6 +231,7 @@ class RoundStart:
     tokens: int      # tokens generated for them
     seconds: dict    # seconds of each phase so far (generate, reward, publish)
     busy: float      # seconds this node worked on the round so far
+    published: int = 0  # bytes of its rollout the pool took (0: nothing to publish, published before, or blocked)
 
 # %% ../nbs/15_node.ipynb #f697a5b2
 @patch
@@ -258,9 +259,10 @@ def begin_round(self:SwarmNode, r:int,
                     completion_logprobs=None if comps.logprobs is None else comps.logprobs[k])
               for k, (q, p, rw) in enumerate(zip(questions, prompts, rewards))]
     # the wire carries what a peer needs to rebuild and score each group itself: the item, never our answer or rewards
-    if groups: self.transport.publish(r, cfg.node_id, groups, model=cfg.model)
+    sent = self.transport.publish(r, cfg.node_id, groups, model=cfg.model) if groups else 0
     sec["publish"] = time.perf_counter() - t
     return RoundStart(round=r, I=I, J=J, groups=groups, tokens=comps.total_tokens if comps else 0, seconds=sec,
+                      published=sent,
                       busy=time.perf_counter() - t0 + (0.0 if own else sec["generate"]))  # its share of a batch too
 
 # %% ../nbs/15_node.ipynb #640b3dde
@@ -320,6 +322,7 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
         pool_available=info.get("available", 0),
         pool_rejected=self.transport.rejected, pool_selected=len(ext), pool_topped_up=info.get("topped_up", 0),
         pool_peers=len({g.node_id for g in candidates}), pool_unusable=sum(info.get("rejected", {}).values()),
+        pool_published=state.published,
         peers=top_peers(add_refusals(info.get("peers", {}), self.transport.take_refusals())) if reads_pool else None,
         **training_metrics(st), tokens_generated=state.tokens,
         truncated=sum(sum(g.truncated) for g in local), seconds=sec,

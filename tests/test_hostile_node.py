@@ -202,3 +202,15 @@ def test_join_current_ignores_planted_empty_round_folder(tmp_path):
                      log=lambda *_: None)
     assert late.resume(join_current=True) == 2
     early.close(); late.close()
+
+
+def test_a_round_the_pool_would_not_take_shows_in_its_metrics_row(tmp_path):
+    """A file planted where round 1's folder goes: the node goes on, and its rows say what the pool took of its own
+    rollouts (round 0's, nothing of round 1), where before only a line of its log did."""
+    from sapo_nb.transport import FolderTransport
+    cfg = tiny(tmp_path, rounds=2)
+    pool = FolderTransport(tmp_path / "pool", "exp")
+    (pool.dir / "round_1").write_text("planted")
+    SwarmNode(cfg, transport=pool, log=lambda *_: None).run()
+    rows = read_jsonl(metrics_path(cfg))
+    assert [r["pool_published"] > 0 for r in rows] == [True, False]
