@@ -79,6 +79,7 @@ def evaluation_allowance(rows, # a node's valid rows, oldest first
     wait = sharing * took(last + 1) + (sharing - 1) * took(last)
     first, end = last + 1, rounds - 1  # rounds still to run, the final one apart
     curves = max(0, end // every - first // every) if first <= end else 0  # rounds whose r + 1 `every` divides
+    if every <= 2: curves = 0  # a curve point every round or every other: the median gap, the pace, holds it already
     return wait, sharing * (curves * secs["curve"] + (secs["final"] if first <= end else 0.0))
 
 # %% ../nbs/17_monitor.ipynb #73b9f966
