@@ -352,7 +352,7 @@ def run_plan(
     for k, run in enumerate(rp["runs"]):
         cfgs, tag = run["cfgs"], f"[{k + 1}/{n}] {run['config']} seed {run['seed']}"
         c, t0 = cfgs[0], time.perf_counter()
-        left = sum(x.rounds for x in cfgs) - sum(rounds_done(cfgs).values())  # node-rounds this run still needs
+        before = sum(rounds_done(cfgs).values())  # node-rounds of this run done before it starts
         if run_complete(cfgs):
             log(f"{tag}: skipped (complete: {run['nodes']} nodes × {c.rounds} rounds)")
             summary.append(dict(config=run["config"], seed=run["seed"], status="skipped", seconds=0.0, dir=run["dir"],
@@ -366,7 +366,8 @@ def run_plan(
             log(f"{tag}: stopped after {time.perf_counter() - t0:.0f} s; run the same command again to resume")
             raise
         secs = time.perf_counter() - t0
-        spent, work = spent + secs, work + left
+        # the pace is the node-rounds it did, not the ones it set out to do: a run that fails half-way did fewer
+        spent, work = spent + secs, work + max(0, sum(rounds_done(cfgs).values()) - before)
         todo = sum(r["nodes"] * r["cfgs"][0].rounds - sum(rounds_done(r["cfgs"]).values()) for r in rp["runs"][k + 1:])
         eta = f", plan ETA {spent / work * todo / 60:.0f} min" if todo and work else ""
         log(f"{tag}: {status} in {secs:.0f} s" + (f" — {error}" if error else "") + eta)
