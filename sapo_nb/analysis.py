@@ -644,7 +644,8 @@ def seed_table(
     if sc.empty: return pd.DataFrame(columns=cols)
     pct, num = lambda v: f"{v:+.1f}%", lambda v: f"{v:+.4g}"
     eq = lambda r: ("no margin stated" if pd.isna(r.margin) else
-                    f"±{r.margin:.3g}: p = {r.p_equivalence:.4g}" + (", equivalent" if r.equivalent else ", not shown"))
+                    f"±{r.margin:.3g}: p = {r.p_equivalence:.4g}"
+                    + (", equivalent" if r.equivalent else ", not shown"))
     t = pd.DataFrame(dict(zip(cols, [
         sc.label, sc.config_a, sc.seeds, sc.mean_a, sc.mean_b,
         [_ci(r.diff, r.diff_low, r.diff_high, num) + f" {metric_units(r.metric)}" for r in sc.itertuples()],
@@ -830,8 +831,8 @@ def plan_verdict(
     nodes:int|None=None, # the nodes of a complete run (the plan's; None: as many as any run has)
     rounds:int|None=None, # the rounds of a complete run (the plan's; None: as far as any run went)
 ) -> dict: # look, pairs, boundary, verdict, sentence, and `compare_by_seed`'s result at that look
-    """The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed. Seeds
-    past the last look's are not the plan's; with `rounds`, a run's final value is its last round's or none (never an
+    """The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed.
+    Seeds past the last look's are not the plan's; with `rounds`, a run's final value is its last round's or none (never an
     earlier curve point standing in for a missing final evaluation)."""
     df = complete_runs(df, nodes, rounds)
     df = df[df.seed < looks[-1][0]] if len(df) else df

@@ -242,8 +242,8 @@ def swarm_status(root, # the runs folder
         read, bad = read_jsonl_counted(d / "metrics.jsonl")
         rows = first_of_each_round(r for r in read if valid_metrics_row(r))
         cfg = configs.get(d.name, {})
-        status = node_status(d.name, rows[-1] if rows else None, bad + len(read) - len(rows), configured_rounds(cfg), now,
-                             stale_after, wall_pace(rows), evaluation_allowance(rows, cfg, sharing[d.name]))
+        status = node_status(d.name, rows[-1] if rows else None, bad + len(read) - len(rows), configured_rounds(cfg),
+                             now, stale_after, wall_pace(rows), evaluation_allowance(rows, cfg, sharing[d.name]))
         out.append(dict(status, peers=peer_table(rows)))
     for row in out:
         row["state"] = _with_process(row["state"], _process_state(exp, row["node"], row["state"],

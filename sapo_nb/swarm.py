@@ -511,7 +511,8 @@ def remove_checkpoints(root, experiment:str, log=print,
             continue
         try: lease = NodeLease(SAPOConfig(root=str(root), experiment=experiment, node_id=name)).acquire()
         except NodeRunning as e:
-            log(f"{name}: checkpoints kept, the node runs " + (f"({e.holder}): stop it first" if e.holder else f"({e})"))
+            log(f"{name}: checkpoints kept, the node runs "
+                + (f"({e.holder}): stop it first" if e.holder else f"({e})"))
             continue
         try:
             size = disk_usage(ck / name)
