@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from .core import (PHASES, RoundMetrics, configured_rounds, counted, first_of_each_round, plural, is_finite,
                           metric_columns, node_files, read_jsonl, read_node_configs, read_run_config, safe_text,
+                          atomic_write,
                           valid_metrics_row)
 from .statistics import (UNIT, base_column, base_rate, compare_by_seed, holm, min_p_value,
                                 paired_by_seed, paired_t, per_seed, seeds_for_alpha, selection_split,
@@ -1325,6 +1326,10 @@ def write_report(
     df = load_runs(path)
     if df.empty: raise ValueError(f"no runs under {path}: expected logs/<node_id>/metrics.jsonl in it or below it")
     out = Path(out_html) if out_html is not None else (path if path.is_dir() else path.parent) / "report.html"
+    if out.is_file():  # a report written before is replaced; any other file (a run's own records, say) never is
+        with open(out, "rb") as f: head = f.read(4096)
+        if b"<title>SAPO report</title>" not in head:
+            raise ValueError(f"{out} is there and is not a report sapo_nb wrote: choose another --out")
     whole = landed_runs(df)  # a run still going would be paired with finished ones on its latest curve point
     going = html.escape(", ".join(map(str, sorted(set(df.run) - set(whole.run)))))
     note = ("" if not going else
@@ -1341,6 +1346,5 @@ def write_report(
              *_figure_sections(df, base, window, n_boot)]
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>SAPO report</title><style>{_CSS}</style>"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>{''.join(parts)}</body></html>")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    atomic_write(out, page)  # whole or not at all: an interrupted write leaves the report before it
     return out

@@ -4,11 +4,11 @@
 
 # %% ../nbs/22_cli.ipynb #1c4adadb
 from __future__ import annotations
-import argparse, os, sys, time
+import argparse, os, shlex, sys, time
 from dataclasses import fields
 from pathlib import Path
 from typing import Callable, NamedTuple
-from .core import counted, plural
+from .core import counted, plural, printable_text
 from .config import (SAPOConfig, ConfigError, CHOICES, COMMAND_PRESET, PRESETS, field_docs, load_config,
                             field_kind, printable_name, check_drive_mounted)
 
@@ -228,7 +228,6 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
     from sapo_nb.swarm import disk_usage, format_bytes, remove_checkpoints
     from sapo_nb.monitor import swarm_status, format_status, run_summary, format_summary, format_peers
     from sapo_nb.core import experiment_dir
-    import shlex
     exp, status = experiment_dir(cfg), swarm_status(cfg.root, cfg.experiment)
     out(format_status(status))
     if peers := format_peers(status): out("\n" + peers)
@@ -254,8 +253,9 @@ def _ending(cfg, nodes:list, keep_checkpoints:bool, out=print,
             "and the same command resumes it" + (" once what stopped it is mended" if failed else ""))
     for node, why in (failed or {}).items(): out(f"{node} stopped: {why}")
     if not summary: return  # nothing to report or compare yet
-    out(f"metrics: {exp}/logs/<node>/metrics.jsonl\nreport:  sapo report {shlex.quote(str(exp))}\n"
-        f"answers before and after: sapo compare {shlex.quote(str(exp))} --node {nodes[0]}")
+    evaluated = any(r["eval_pass1"][0] is not None for r in summary)  # held-out answers recorded to compare
+    out(f"metrics: {exp}/logs/<node>/metrics.jsonl\nreport:  sapo report {shlex.quote(str(exp))}"
+        + (f"\nanswers before and after: sapo compare {shlex.quote(str(exp))} --node {nodes[0]}" if evaluated else ""))
 
 # %% ../nbs/22_cli.ipynb #5ce71c82
 def add_experiment_command(sub) -> argparse.ArgumentParser:
@@ -288,7 +288,7 @@ def run_report(args) -> int:
     from sapo_nb.analysis import write_report
     try: print(write_report(args.path, args.out, window=args.window, margin_pct=args.margin_pct,
                             mixed_commits=args.mixed_commits))
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # a folder missing, a file in the way, a link where the report goes
         print(f"sapo report: {e}", file=sys.stderr)
         return 2
     return 0
@@ -371,8 +371,8 @@ def add_compare_command(sub) -> argparse.ArgumentParser:
     cp = sub.add_parser("compare",
                         help="a node's answers to the held-out questions before and after training, side by side")
     add_node_of_run(cp, "the node to compare")
-    cp.add_argument("--show", type=int, default=10,
-                    help="questions answered differently to show (default: %(default)s)")
+    cp.add_argument("--show", type=_positive, default=10,
+                    help="questions whose correctness changed to show (default: %(default)s)")
     return cp
 
 # %% ../nbs/22_cli.ipynb #b1051603
@@ -416,24 +416,39 @@ def _save_model(run, node:str, dest, form:str="merged", hub:str|None=None, publi
                  or "none (no config.json: is it a run folder, <root>/<experiment>?)")
         print(f"sapo save-model: {run} has no node {node!r}; its nodes: {names}", file=sys.stderr)
         return 2
-    if hub and Path(dest).exists():  # an earlier try whose upload failed, say: the hub's own command uploads it
-        print(f"sapo save-model: {dest} is there already; `hf upload {hub} {dest}` uploads it as it is (after a "
-              "look inside: what it holds goes up), or choose another --to", file=sys.stderr)
+    # the hub's own command, for a folder written here: private unless asked, as --push-to-hub makes it
+    upload = lambda: shlex.join(["hf", "upload", hub, str(dest)] + ([] if public else ["--private"]))
+    if public and not hub:
+        print("sapo save-model: --public is about the hub repository: give --push-to-hub too", file=sys.stderr)
         return 2
     if hub:  # an upload that cannot happen is said before the folder is written
         from huggingface_hub import get_token
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+        try: validate_repo_id(hub)
+        except HFValidationError:
+            print(f"sapo save-model: --push-to-hub: got {hub!r}; allowed: '<user or organisation>/<name>'",
+                  file=sys.stderr)
+            return 2
+        if Path(dest).exists():  # an earlier try whose upload failed, say: the hub's own command uploads it
+            print(f"sapo save-model: {dest} is there already; `{upload()}` uploads it as it is (after a look inside: "
+                  "what it holds goes up), or choose another --to", file=sys.stderr)
+            return 2
         if get_token() is None:
             print("sapo save-model: --push-to-hub needs a hub login: `hf auth login`, or HF_TOKEN", file=sys.stderr)
             return 2
-    try:
-        out = save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest, form)
-        if hub:
-            from sapo_nb.models import push_to_hub
-            print(f"uploaded to {push_to_hub(out, hub, private=not public)}")
-        return 0
-    except (ConfigError, CheckpointError, ExportError, FileExistsError, UnsafePath, ValueError) as e:
+    from sapo_nb.models import ModelLoadError
+    try: out = save_model(SAPOConfig.from_dict(known[node], root=str(run.parent), experiment=run.name), dest, form)
+    except (ConfigError, CheckpointError, ExportError, FileExistsError, UnsafePath, ValueError, ModelLoadError) as e:
         print(f"sapo save-model: {e}", file=sys.stderr)
         return 2
+    if not hub: return 0
+    from sapo_nb.models import push_to_hub
+    try: print(f"uploaded to {push_to_hub(out, hub, private=not public)}")
+    except Exception as e:  # the network, the hub's answer: the model is written whatever the upload did
+        print(f"sapo save-model: the model is in {out}, but the upload failed ({printable_text(str(e))[:300]}); "
+              f"`{upload()}` tries again", file=sys.stderr)
+        return 1
+    return 0
 
 # %% ../nbs/22_cli.ipynb #d7c03407
 def run_save_model(args) -> int:
@@ -516,7 +531,6 @@ def _parse(argv=None) -> argparse.Namespace:
 # %% ../nbs/22_cli.ipynb #16bbdef9
 def _stopped(args, argv) -> str:
     "What Ctrl-C leaves: per node, the rounds logged and the newest checkpoint, and the command that goes on."
-    import shlex
     from sapo_nb.durability import rounds_logged
     if args.command not in ("swarm", "node"): return "sapo: stopped"
     try:

