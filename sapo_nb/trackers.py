@@ -226,8 +226,11 @@ def run_rows(rows:list) -> list:
 
 # %% ../nbs/13_trackers.ipynb #a90fef5a
 def _project_name(run_dir:Path) -> str:
-    "A project name from a run folder's name: characters every tracker accepts."
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.resolve().name)[:64].strip("._-") or "sapo"
+    """A project name from a run folder's name, and for a plan's run (`<plan>/<config>/seed_<n>`) the plan's and the
+    configuration's too (every plan's runs are `seed_0`, `seed_1`, ...): characters every tracker accepts."""
+    parts = run_dir.resolve().parts
+    name = "-".join(parts[-3:]) if len(parts) >= 3 and re.fullmatch(r"seed_\d+", parts[-1]) else parts[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[-64:].strip("._-") or "sapo"
 
 # %% ../nbs/13_trackers.ipynb #ac48bd28
 def _valid_config(d) -> dict|None:
