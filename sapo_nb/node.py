@@ -33,7 +33,7 @@ from .durability import (NodeLease, NodeRunning, CheckpointError, save_checkpoin
 # %% auto #0
 __all__ = ['RECENT_ROUNDS', 'JOIN_LOOKBACK', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'node_random_state',
            'RoundInterrupted', 'Drawn', 'wait_target', 'RoundStart', 'training_metrics', 'ExportError',
-           'gguf_converter', 'save_model', 'sample_together']
+           'gguf_converter', 'adapter_base', 'save_model', 'sample_together']
 
 # %% ../nbs/15_node.ipynb #dbc17473
 def _mean(xs):
@@ -629,7 +629,7 @@ def _write_gguf(policy, dest:Path, converter:list):
         raise ExportError(f"the GGUF converter failed (exit {done.returncode}): {tail[0]}")
 
 # %% ../nbs/15_node.ipynb #1256bc8f
-def _shared_base(model:str) -> str:
+def adapter_base(model:str) -> str:
     "The base an exported adapter names for `model` (`SAPOConfig.model`): one that others can load."
     if model == EMBEDDED_MODEL: return SMOLLM2_HUB
     return str(Path(model).expanduser().resolve()) if Path(model).expanduser().exists() else model
@@ -664,7 +664,7 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
     else:
         policy = adapter_model(cfg, got["weights"], merge=form != "adapter")
     if form == "adapter":  # peft records the base as it was loaded: for the embedded model, a folder on this machine
-        base = _shared_base(cfg.model)
+        base = adapter_base(cfg.model)
         for c in policy.model.peft_config.values(): c.base_model_name_or_path = base
         inner = policy.model.get_base_model()  # ... and what peft's model card names
         inner.config._name_or_path = inner.name_or_path = base

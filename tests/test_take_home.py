@@ -132,7 +132,7 @@ def test_an_exported_adapter_names_a_base_others_can_load():
     """The adapter names its base as others can load it: the embedded model as the hub model it is a 4-bit build of
     (peft recorded a folder in this machine's cache), a local base by its absolute path, a hub id as it is."""
     import os
-    from sapo_nb.node import _shared_base
-    assert _shared_base("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert _shared_base("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert _shared_base(".") == os.getcwd()
+    from sapo_nb.node import adapter_base
+    assert adapter_base("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert adapter_base("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert adapter_base(".") == os.getcwd()

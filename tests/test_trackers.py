@@ -186,10 +186,14 @@ TRACKIO_SCRIPT = textwrap.dedent("""
             for n in ("node-0", "node-1"))
     for r in rows:                      # two nodes taking turns in one thread, as `sapo swarm --mode inline` runs them
         assert a.log(r) and b.log({**r, "loss": -r["loss"]})
+    import sqlite3
     from trackio.sqlite_storage import SQLiteStorage
+    def logs(n):
+        try: return SQLiteStorage.get_logs("exp", n)
+        except sqlite3.OperationalError: return []  # "database is locked": its writer holds it this moment
     deadline = time.monotonic() + 30    # both runs are live: their rows reach the store before close()
-    while min(len(SQLiteStorage.get_logs("exp", n)) for n in ("node-0", "node-1")) < len(rows):
-        assert time.monotonic() < deadline, {n: len(SQLiteStorage.get_logs("exp", n)) for n in ("node-0", "node-1")}
+    while min(len(logs(n)) for n in ("node-0", "node-1")) < len(rows):
+        assert time.monotonic() < deadline, {n: len(logs(n)) for n in ("node-0", "node-1")}
         time.sleep(0.1)
     a.close(); b.close()
     print("RESULT", json.dumps(dict(said=said, errors=[a.error, b.error],
