@@ -833,8 +833,8 @@ def plan_verdict(
     rounds:int|None=None, # the rounds of a complete run (the plan's; None: as far as any run went)
 ) -> dict: # look, pairs, boundary, verdict, sentence, and `compare_by_seed`'s result at that look
     """The pre-registered verdict of `a` against `b`: at the latest look whose seeds 0 … pairs-1 have all landed.
-    Seeds past the last look's are not the plan's; with `rounds`, a run's final value is its last round's or none (never an
-    earlier curve point standing in for a missing final evaluation)."""
+    Seeds past the last look's are not the plan's; with `rounds`, a run's final value is its last round's or none
+    (never an earlier curve point standing in for a missing final evaluation)."""
     df = complete_runs(df, nodes, rounds)
     df = df[df.seed < looks[-1][0]] if len(df) else df
     if len(df) and rounds is not None and summary == "final":
@@ -1185,7 +1185,8 @@ def _peers_section(path, # the report's folder
                   ) -> list:
     "The report's per-peer section: what each node took from and refused of each peer (`monitor.peer_table`)."
     from sapo_nb.monitor import peer_table, refusal_text, short_peer
-    runs = [run for run in find_runs(path) if run_info(run, path)["run"] in set(runs)]
+    compared = set(runs)
+    runs = [run for run in find_runs(path) if run_info(run, path)["run"] in compared]
     if len(runs) > PEER_REPORT_RUNS: return []
     # named from `path` down: `4-0/seed_0`, not a bare `seed_0` that two configurations share
     rows = [dict(run=run_info(run, path)["run"], node=f.parent.name, peer=short_peer(t["peer"]), offered=t["offered"],
@@ -1193,7 +1194,7 @@ def _peers_section(path, # the report's folder
                  share_pct=round(100 * t["share"], 1), refused=refusal_text(t["refused"]),
                  flagged="yes" if t["flagged"] else "")
             for run in runs for f in node_files(run, "metrics.jsonl")
-            for t in peer_table([r for r in read_jsonl(f) if valid_metrics_row(r)])]
+            for t in peer_table(first_of_each_round(r for r in read_jsonl(f) if valid_metrics_row(r)))]
     if not rows: return []
     return ["<h2>Peers</h2><p class='note'>Per node and peer, over the run: groups offered (valid, fresh), taken "
             "into the training batch, <b>share_pct</b> of the node's trained groups, and refusals by reason (files "

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'NO_HARD_LINKS', 'JSONL_MAX_BYTES', 'JSONL_MAX_ROWS', 'JSONL_MAX_LINE',
+__all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'SUBDIR_FLAGS', 'NO_HARD_LINKS', 'JSONL_MAX_BYTES', 'JSONL_MAX_ROWS', 'JSONL_MAX_LINE',
            'RUN_CONFIG_MAX_BYTES', 'NODE_CONFIG_MAX_BYTES', 'NODE_FOLDERS_MAX', 'COUNT_MAX', 'PEERS_PER_ROW',
            'REASONS_MAX', 'PHASES', 'METRIC_FIELDS', 'PROVENANCE_PACKAGES', 'NUMERIC_CPU_FEATURES', 'Group',
            'UnsafePath', 'trust_root', 'anchor', 'open_dir', 'in_dir', 'open_nofollow', 'open_regular', 'open_append',
@@ -101,6 +101,7 @@ if not hasattr(os, "O_DIRECTORY"):  # Windows: no folder descriptors, on which e
     raise ImportError("sapo_nb runs on Linux and macOS, and on Windows under WSL (wsl --install), not on Windows "
                       "itself: its file safety rests on POSIX folder descriptors")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+SUBDIR_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW  # a folder opened by name in its parent, never through a link
 _LINKED = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)  # what O_NOFOLLOW | O_DIRECTORY gives on a link or a file
 
 def open_dir(path, create:bool=False) -> int:
@@ -114,7 +115,7 @@ def open_dir(path, create:bool=False) -> int:
             if create:
                 try: os.mkdir(name, 0o777, dir_fd=fd)  # mkdir never follows a link: one planted there stays a link
                 except FileExistsError: pass
-            try: sub = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            try: sub = os.open(name, SUBDIR_FLAGS, dir_fd=fd)
             except OSError as e:
                 if e.errno in _LINKED:
                     raise UnsafePath(os.path.join(base, *names[:k + 1]), "a link or a file") from None

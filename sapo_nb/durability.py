@@ -16,7 +16,7 @@ from .core import (UnsafePath, atomic_write, open_regular, open_nofollow, read_j
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'STATE_MAX_BYTES', 'RESUME_FIXED', 'rounds_logged',
            'truncate_metrics', 'set_records_aside', 'cut_records', 'NodeRunning', 'lease_file', 'lease_path',
-           'read_lease', 'lease_alive', 'NodeLease', 'CheckpointError', 'file_digest', 'save_checkpoint',
+           'read_lease', 'lease_state', 'lease_alive', 'NodeLease', 'CheckpointError', 'file_digest', 'save_checkpoint',
            'checkpoint_rounds', 'checkpoint_bytes', 'checkpoint_state', 'verify_checkpoint', 'intact_checkpoint',
            'load_checkpoint', 'ResumeError', 'settings_changed', 'refuse_other_run']
 
@@ -114,13 +114,18 @@ def _is_stale(info:dict, age:float, stale_after:float) -> bool:
     return pid > 1 and not _pid_alive(pid)
 
 # %% ../nbs/14_durability.ipynb #c95d88f3
-def lease_alive(path) -> bool|None:
-    """Whether the lease at `path` has a living holder: it is there and fresh, and its pid lives where that can be
-    checked. None when this reader cannot tell: the file is there but cannot be opened (another user's, say)."""
+def lease_state(path) -> tuple:
+    """`(alive, info)` of the lease at `path`. `alive`: whether it has a living holder (it is there and fresh, and its
+    pid lives where that can be checked), None when this reader cannot tell (the file is there but cannot be opened:
+    another user's, say). `info`: what the lease says (None without one)."""
     try: info, age = read_lease(path)
-    except NodeRunning: return False  # planted, not a lease: no node can hold it
-    except OSError: return None       # a lease this reader cannot open: held or not, it cannot say
-    return info is not None and not _is_stale(info, age, LEASE_STALE)
+    except NodeRunning: return False, None  # planted, not a lease: no node can hold it
+    except OSError: return None, None       # a lease this reader cannot open: held or not, it cannot say
+    return info is not None and not _is_stale(info, age, LEASE_STALE), info
+
+def lease_alive(path) -> bool|None:
+    "Whether the lease at `path` has a living holder (`lease_state`)."
+    return lease_state(path)[0]
 
 # %% ../nbs/14_durability.ipynb #78bfbd17
 class _LeaseState:

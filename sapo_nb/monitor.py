@@ -78,8 +78,9 @@ def evaluation_allowance(rows, # a node's valid rows, oldest first
     last = rows[-1]["round"]
     wait = sharing * took(last + 1) + (sharing - 1) * took(last)
     first, end = last + 1, rounds - 1  # rounds still to run, the final one apart
-    curves = max(0, end // every - first // every) if first <= end else 0  # rounds whose r + 1 `every` divides
-    if every <= 2: curves = 0  # a curve point every round or every other: the median gap, the pace, holds it already
+    # rounds whose r + 1 `every` divides; none to add with a curve point every round or every other (the median gap,
+    # the pace, holds them already)
+    curves = max(0, end // every - first // every) if first <= end and every > 2 else 0
     return wait, sharing * (curves * secs["curve"] + (secs["final"] if first <= end else 0.0))
 
 # %% ../nbs/17_monitor.ipynb #73b9f966
@@ -193,37 +194,34 @@ def _with_process(seen:str, proc:str|None) -> str:
     return "stale" if seen == "stale" else proc or "alive"
 
 # %% ../nbs/17_monitor.ipynb #e350e0c2
-def _lease_process(exp, node:str, seen:str) -> str|None:
-    """'exited' for a node its rows call alive or stale that holds no lease (released, or its holder gone); 'running'
-    for a node with no row yet whose lease is held (it is in its first round); else None, also when the lease cannot
-    be read (the rows' word stands)."""
-    from sapo_nb.durability import lease_alive, lease_file
-    if seen not in ("-", "alive", "stale"): return None  # done, or junk only: no lease to read
-    held = lease_alive(lease_file(exp, node))
+def _leases(exp, nodes) -> dict:
+    "{node: `durability.lease_state` of its lease}: each lease read once, for every use a status makes of it."
+    from sapo_nb.durability import lease_file, lease_state
+    return {n: lease_state(lease_file(exp, n)) for n in nodes}
+
+def _lease_process(held:bool|None, seen:str) -> str|None:
+    """'exited' for a node its rows call alive or stale that holds no lease (`held` False: released, or its holder
+    gone); 'running' for a node with no row yet whose lease is held (it is in its first round); else None, also when
+    the lease cannot be read (the rows' word stands)."""
+    if seen not in ("-", "alive", "stale"): return None  # done, or junk only: the lease does not matter
     if seen == "-": return "running" if held else None
     return "exited" if held is False else None
 
-def _process_state(exp, node:str, seen:str, proc:str|None) -> str|None:
-    """What runs `node`: its process state from the pid file (`proc`), unless that says 'exited' while a process holds
-    the node's lease now (a node started again since, by hand or by another launch); without one, its lease."""
-    from sapo_nb.durability import lease_alive, lease_file
-    if proc == "exited" and lease_alive(lease_file(exp, node)): return "running"
-    return proc or _lease_process(exp, node, seen)
+def _process_state(held:bool|None, seen:str, proc:str|None) -> str|None:
+    """What runs a node: its process state from the pid file (`proc`), unless that says 'exited' while a process holds
+    the node's lease now (`held`: a node started again since, by hand or by another launch); without one, its lease."""
+    if proc == "exited" and held: return "running"
+    return proc or _lease_process(held, seen)
 
 # %% ../nbs/17_monitor.ipynb #7a4812e6
-def _sharing(exp, nodes:list) -> dict:
-    """{node: how many of `nodes` hold their lease from one process with it}: 4 for nodes taking turns in one process,
-    1 for a process of its own, or where its lease does not say."""
-    from sapo_nb.durability import NodeRunning, lease_alive, lease_file, read_lease
-    holder = {}
-    for n in nodes:
-        if not lease_alive(lease_file(exp, n)): continue  # a lease left by a process that is gone shares nothing
-        try: info, _ = read_lease(lease_file(exp, n))
-        except (NodeRunning, OSError): continue
-        if isinstance(info, dict) and isinstance(info.get("host"), str) and is_count(info.get("pid")):
-            holder[n] = (info["host"], info["pid"])
+def _sharing(leases:dict) -> dict:
+    """{node: how many nodes of `leases` (`_leases`) hold theirs from one process with it}: 4 for nodes taking turns in
+    one process, 1 for a process of its own, or where its lease does not say (a lease left by a process that is gone
+    shares nothing)."""
+    holder = {n: (info["host"], info["pid"]) for n, (alive, info) in leases.items()
+              if alive and isinstance(info.get("host"), str) and is_count(info.get("pid"))}
     counts = Counter(holder.values())
-    return {n: counts[holder[n]] if n in holder else 1 for n in nodes}
+    return {n: counts[holder[n]] if n in holder else 1 for n in leases}
 
 # %% ../nbs/17_monitor.ipynb #4e06c68f
 def swarm_status(root, # the runs folder
@@ -237,7 +235,8 @@ def swarm_status(root, # the runs folder
     lease (a node with no valid row yet is 'starting' while it holds its lease)."""
     now, exp = time.time() if now is None else now, trust_root(root) / experiment  # the root trusted, nothing below it
     configs, states, dirs, out = read_node_configs(exp), states or {}, node_dirs(exp), []
-    sharing = _sharing(exp, [d.name for d in dirs])
+    leases = _leases(exp, [d.name for d in dirs])
+    sharing = _sharing(leases)
     for d in dirs:
         read, bad = read_jsonl_counted(d / "metrics.jsonl")
         rows = first_of_each_round(r for r in read if valid_metrics_row(r))
@@ -246,7 +245,7 @@ def swarm_status(root, # the runs folder
                              now, stale_after, wall_pace(rows), evaluation_allowance(rows, cfg, sharing[d.name]))
         out.append(dict(status, peers=peer_table(rows)))
     for row in out:
-        row["state"] = _with_process(row["state"], _process_state(exp, row["node"], row["state"],
+        row["state"] = _with_process(row["state"], _process_state(leases[row["node"]][0], row["state"],
                                                                   states.get(row["node"])))
     return out
 
@@ -377,7 +376,8 @@ def status(self:SwarmWatcher,
     ({node: process state}), with its `peers` table."""
     now, states, out = time.time() if now is None else now, states or {}, []
     names = sorted(set(self.nodes) | set(states))
-    sharing = _sharing(self.dir, names)
+    leases = _leases(self.dir, names)
+    sharing = _sharing(leases)
     for name in names:
         s = self.nodes.get(name)
         last = s.last_rows[-1] if s is not None and s.last_rows else None
@@ -385,7 +385,7 @@ def status(self:SwarmWatcher,
         row = node_status(name, last, s.reader.bad if s else 0, self.total_rounds.get(name), now, stale_after,
                           wall_pace(s.last_rows) if s else None,
                           evaluation_allowance(recent, self.configs.get(name, {}), sharing[name]))
-        row["state"] = _with_process(row["state"], _process_state(self.dir, name, row["state"], states.get(name)))
+        row["state"] = _with_process(row["state"], _process_state(leases[name][0], row["state"], states.get(name)))
         row["peers"] = s.peers.table() if s else []
         out.append(row)
     return out

@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError, parse_field, field_kind, valid_name, printable_name
 from .core import (counted, plural, experiment_dir, metrics_path, node_log_path, read_jsonl, atomic_write,
                           open_regular, read_json_file, valid_metrics_row, is_finite, UnsafePath, open_append, open_dir,
-                          path_kind, list_dir, remove, safe_text, trust_root)
+                          path_kind, list_dir, remove, safe_text, trust_root, SUBDIR_FLAGS)
 from .node import sample_together
 from .trackers import progress_line
 from .durability import (NodeLease, NodeRunning, CheckpointError, intact_checkpoint, checkpoint_rounds,
@@ -440,7 +440,6 @@ def launch_swarm(cfgs:list, threads:int|None=None) -> ProcessSwarm:
 
 # %% ../nbs/16_swarm.ipynb #fcd84772
 DISK_WALK_DEPTH = 32           # folder levels a disk count goes down (a run folder has six); deeper is not counted
-_O_SUBDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 DISK_WALK_ENTRIES = 1_000_000  # entries it looks at (a run has thousands); past them, it stops where it got
 
 def _listed(dfd:int) -> tuple|None:
@@ -470,7 +469,7 @@ def disk_usage(path) -> int:
             except OSError: continue  # removed while we walk
             if stat.S_ISREG(st.st_mode): total += st.st_size
             elif stat.S_ISDIR(st.st_mode) and len(stack) < DISK_WALK_DEPTH:
-                try: below = _listed(os.open(entry.name, _O_SUBDIR, dir_fd=dfd))
+                try: below = _listed(os.open(entry.name, SUBDIR_FLAGS, dir_fd=dfd))
                 except OSError: continue  # swapped for a link, or gone
                 if below: stack.append(below)
     finally:

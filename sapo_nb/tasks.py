@@ -200,8 +200,8 @@ def _eval_set(mix:str) -> tuple:
         if not live: raise RuntimeError(f"mix {mix!r}: fewer than {EVAL_SET_SIZE} distinct evaluation questions")
         k = rng.choices(live, weights=[comps[j][1] for j in live])[0]
         e = next(sources[k])
-        if problem_key(e) not in keys:
-            keys.add(problem_key(e))
+        if (key := problem_key(e)) not in keys:
+            keys.add(key)
             out.append(dict(e, component_name=labels[k]))
             taken[k] += 1
         elif cap[k] == math.inf: cap[k] = _component_cap(mix, k)  # a repeat: the space may be small, so measure it
