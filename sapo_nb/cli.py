@@ -459,7 +459,8 @@ def run_save_model(args) -> int:
 def add_export_command(sub) -> argparse.ArgumentParser:
     "`sapo export RUN --to TRACKER`: where its files go, and the project name."
     ex = sub.add_parser("export",
-                        help="replay a finished run's metrics into a tracker (TensorBoard, W&B offline, Trackio)")
+                        help="replay a run's metrics into a tracker (TensorBoard, W&B offline, Trackio); "
+                             "run again, it sends only the rounds TensorBoard or Trackio lack")
     ex.add_argument("run", help="a run folder: <root>/<experiment>, holding logs/<node>/metrics.jsonl")
     ex.add_argument("--to", required=True, choices=CHOICES["tracker"][1:], help="the tracker")
     ex.add_argument("--out", default=None, help="where its files go (default: RUN/tracker)")

@@ -4,16 +4,17 @@
 
 # %% ../nbs/13_trackers.ipynb #5add46b3
 from __future__ import annotations
-import importlib, json, math, os, re
+import importlib, json, math, os, re, secrets, time
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, printable_name, valid_name
-from .core import experiment_dir, node_files, read_jsonl, read_node_configs
+from .core import (experiment_dir, node_files, read_jsonl, read_node_configs, read_json_file, atomic_write,
+                          open_regular, parse_jsonl_line, metrics_path, is_count, is_finite, JSONL_MAX_LINE)
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['ROW_STEP', 'ROW_TIME', 'EXTRAS', 'TRACKERS', 'TRACKER_CLASSES', 'row_step', 'flatten_row', 'TrackerError', 'Tracker',
-           'TensorBoardTracker', 'WandbTracker', 'TrackioTracker', 'tracker_dir', 'make_tracker', 'open_tracker',
-           'run_rows', 'export_run', 'progress_line']
+__all__ = ['ROW_STEP', 'ROW_TIME', 'SENT_MARK', 'EXTRAS', 'TRACKERS', 'TRACKER_CLASSES', 'row_step', 'flatten_row',
+           'TrackerError', 'Tracker', 'run_mark', 'read_marks', 'TensorBoardTracker', 'WandbTracker', 'TrackioTracker',
+           'tracker_dir', 'first_row', 'make_tracker', 'open_tracker', 'run_rows', 'export_run', 'progress_line']
 
 # %% ../nbs/13_trackers.ipynb #6ffd0e4b
 ROW_STEP, ROW_TIME = "round", "time"  # the step and the wall time of a row: passed apart, not plotted
@@ -57,8 +58,11 @@ class Tracker:
     """Where metrics rows go besides metrics.jsonl. This base sends them nowhere (`tracker='none'`); subclasses
     implement `write` and `finish`."""
     kind = "none"
+    appends = False  # a second open of the same destination adds to what is there (TensorBoard, Trackio)
     def __init__(self, log=print):  # log: where the one failure message goes
         self.report, self.error, self.rows, self.closed, self.where = log, None, 0, False, ""
+        # the last round sent; the mark kept (`keep_mark`): where, the last round in it, and when it was written
+        self.sent_through, self.mark, self.marked, self._mark_at = -1, None, -1, -math.inf
 
     @property
     def enabled(self) -> bool: return self.error is None and not self.closed
@@ -68,6 +72,11 @@ class Tracker:
 
     def finish(self):
         "Flush and close (a subclass's hook)."
+
+    @classmethod
+    def destination(cls, project:str, name:str) -> str:
+        "Where rows of run `name` of `project` accumulate, as the mark names it."
+        return f"{cls.kind} {project}/{name}"
 
     def __repr__(self):
         return f"{type(self).__name__}({self.kind!r}, rows={self.rows}, {'on' if self.enabled else 'off'})"
@@ -88,9 +97,11 @@ def log(self:Tracker, row:dict) -> bool:
     if not self.enabled: return False
     try:
         step = row_step(row)
-        if step is None: return False
+        if step is None or step <= self.sent_through: return False  # no step, or one the destination holds
         t = row.get(ROW_TIME)
         self.write(step, flatten_row(row), float(t) if isinstance(t, (int, float)) and math.isfinite(t) else None)
+        self.sent_through = step
+        if self.mark and time.monotonic() - self._mark_at >= _MARK_EVERY: self._save_mark()
     except Exception as e:
         self._fail(f"logging round {step}", e)
         return False
@@ -103,8 +114,46 @@ def close(self:Tracker):
     "Flush and close; a second call does nothing. After a failure it still tries to release what it holds, quietly."
     if self.closed: return
     self.closed = True
-    try: self.finish()
+    try:
+        self.finish()
+        if self.mark and self.error is None and self.sent_through > self.marked: self._save_mark()
     except Exception as e: self._fail("closing", e)
+
+# %% ../nbs/13_trackers.ipynb #888cd131
+SENT_MARK = "sent.json"  # beside a tracker's files: {destination: {"run": run_mark, "round": the last sent}}
+_SENT_MARK_MAX_BYTES, _SENT_MARKS_MAX = 1 << 16, 64  # a few dozen destinations in one folder at most
+_MARK_EVERY = 1.0  # seconds between writes of the mark while rows come fast (an export); a node's rounds are slower
+
+def run_mark(row) -> str|None:
+    "What names a run: its first metrics row's round and wall time (`'0@1800000000.5'`); None for a row with no round."
+    step = row_step(row)
+    if step is None: return None
+    t = row.get(ROW_TIME)
+    return f"{step}@{float(t) if is_finite(t) else '-'}"
+
+def read_marks(directory) -> dict:
+    "The marks of `directory`'s `sent.json`, `{destination: {'run': str, 'round': int}}`; anything else left out."
+    d = read_json_file(Path(directory) / SENT_MARK, limit=_SENT_MARK_MAX_BYTES)
+    if not isinstance(d, dict): return {}
+    return {k: v for k, v in d.items()
+            if isinstance(v, dict) and isinstance(v.get("run"), str) and is_count(v.get("round"))}
+
+# %% ../nbs/13_trackers.ipynb #cb4af976
+@patch
+def keep_mark(self:Tracker, directory, destination:str, run:str):
+    "Skip the rows of `run` that `destination` holds already (by the mark in `directory`), and mark each row sent."
+    self.mark = (Path(directory), destination, run)
+    held = read_marks(directory).get(destination)
+    self.sent_through = self.marked = held["round"] if held and held["run"] == run else -1
+
+@patch
+def _save_mark(self:Tracker):
+    "Write the last round sent into the mark file, beside the other destinations' marks."
+    directory, destination, run = self.mark
+    marks = {k: v for k, v in read_marks(directory).items() if k != destination}
+    marks = dict(list(marks.items())[-(_SENT_MARKS_MAX - 1):], **{destination: dict(run=run, round=self.sent_through)})
+    atomic_write(directory / SENT_MARK, json.dumps(marks, indent=1))
+    self.marked, self._mark_at = self.sent_through, time.monotonic()
 
 # %% ../nbs/13_trackers.ipynb #4708c175
 EXTRAS = dict(tensorboard="tensorboardX", wandb="wandb", trackio="trackio")  # tracker -> the package its extra installs
@@ -121,12 +170,13 @@ def _need(kind:str):
 # %% ../nbs/13_trackers.ipynb #9724d694
 class TensorBoardTracker(Tracker):
     "Scalars to TensorBoard event files in `directory`, through tensorboardX."
-    kind = "tensorboard"
+    kind, appends = "tensorboard", True  # every event file of the folder is one run to TensorBoard
     def __init__(self, directory, project:str, name:str, config:dict|None=None, log=print):
         super().__init__(log)
         SummaryWriter = _need("tensorboard").SummaryWriter
         Path(directory).mkdir(parents=True, exist_ok=True)
-        self.writer = SummaryWriter(logdir=str(directory))
+        # its file is named by the second it opened in: a second writer in that second would overwrite the first's
+        self.writer = SummaryWriter(logdir=str(directory), filename_suffix=f".{secrets.token_hex(4)}")
         if config:  # in a fence longer than any run of backticks in it: the text cannot close it
             text = json.dumps(config, indent=1, default=str)
             fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
@@ -138,6 +188,9 @@ class TensorBoardTracker(Tracker):
         self.writer.flush()
 
     def finish(self): self.writer.close()
+
+    @classmethod
+    def destination(cls, project, name): return cls.kind  # the folder is the run: its mark is in it
 
 # %% ../nbs/13_trackers.ipynb #a294a2cd
 class WandbTracker(Tracker):
@@ -159,7 +212,7 @@ class WandbTracker(Tracker):
 # %% ../nbs/13_trackers.ipynb #13c75921
 class TrackioTracker(Tracker):
     "A Trackio run in its local store: project = experiment, run = node id, resumed when it exists."
-    kind = "trackio"
+    kind, appends = "trackio", True
     def __init__(self, directory, project:str, name:str, config:dict|None=None, log=print):
         super().__init__(log)
         trackio = _need("trackio")
@@ -184,6 +237,13 @@ def tracker_dir(cfg:SAPOConfig) -> Path:
     "Where a node's tracker files go: `<root>/<experiment>/tracker/<node_id>/`."
     return experiment_dir(cfg) / "tracker" / cfg.node_id
 
+# %% ../nbs/13_trackers.ipynb #0804b42c
+def first_row(path) -> dict|None:
+    "The first row of JSON-lines file `path` (a regular file, reached without a link); None if there is none."
+    f = open_regular(path)
+    if f is None: return None
+    with f: return parse_jsonl_line(f.readline(JSONL_MAX_LINE))
+
 # %% ../nbs/13_trackers.ipynb #ce1f8364
 def make_tracker(kind:str,              # one of `TRACKERS`
                  directory,             # the folder for its files (TensorBoard, W&B)
@@ -192,12 +252,16 @@ def make_tracker(kind:str,              # one of `TRACKERS`
                  config:dict|None=None, # stored with the run (W&B, Trackio) or as text (TensorBoard)
                  log=print,             # where messages go
                  strict:bool=False,     # raise `TrackerError` when it cannot open, instead of turning off
+                 run:str|None=None,     # the run the rows are of (`run_mark`): rounds its destination holds are skipped
                 ) -> Tracker:
     """A tracker of `kind`; one that cannot open is returned turned off, its reason reported once (or raised with
     `strict`)."""
     if kind not in TRACKERS: raise ValueError(f"tracker: got {kind!r}; allowed: {', '.join(TRACKERS)}")
     if kind == "none": return Tracker(log)
-    try: return TRACKER_CLASSES[kind](directory, project, name, config, log)
+    try:
+        t = TRACKER_CLASSES[kind](directory, project, name, config, log)
+        if run is not None and t.appends: t.keep_mark(directory, t.destination(project, name), run)
+        return t
     except Exception as e:
         if strict:
             raise (e if isinstance(e, TrackerError)
@@ -210,7 +274,8 @@ def make_tracker(kind:str,              # one of `TRACKERS`
 # %% ../nbs/13_trackers.ipynb #4d4fccc6
 def open_tracker(cfg:SAPOConfig, log=print) -> Tracker:
     "The tracker `cfg.tracker` for this node (a no-op for 'none'); never raises."
-    t = make_tracker(cfg.tracker, tracker_dir(cfg), cfg.experiment, cfg.node_id, cfg.to_dict(), log=log)
+    t = make_tracker(cfg.tracker, tracker_dir(cfg), cfg.experiment, cfg.node_id, cfg.to_dict(), log=log,
+                     run=run_mark(first_row(metrics_path(cfg))))
     if t.enabled and t.kind != "none":
         try: log(f"{cfg.node_id}: metrics also go to {t.kind} ({t.where})")
         except Exception: pass
@@ -254,12 +319,25 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
     out, project = Path(out) if out is not None else run_dir / "tracker", project or _project_name(run_dir)
     sent = {}
     for node in nodes:
-        t = make_tracker(to, out / node, project, node, _valid_config(configs.get(node)), log=log, strict=True)
-        for row in run_rows(read_jsonl(run_dir / "logs" / node / "metrics.jsonl")): t.log(row)
+        rows = run_rows(read_jsonl(run_dir / "logs" / node / "metrics.jsonl"))
+        run = run_mark(rows[0]) if rows else None
+        kind = TRACKER_CLASSES[to]
+        where = kind.destination(project, node)
+        if kind.appends and (held := read_marks(out / node).get(where)):
+            if held["run"] != run:
+                raise TrackerError(f"{node}: {where!r} (marked in {out / node}) holds another run's rounds; "
+                                   f"export this one with another --out (TensorBoard) or --project")
+            if all(row_step(r) <= held["round"] for r in rows):
+                sent[node] = 0
+                log(f"{node}: its {len(rows)} rounds are in {to} already (sent before)")
+                continue
+        t = make_tracker(to, out / node, project, node, _valid_config(configs.get(node)), log=log, strict=True, run=run)
+        skipped = sum(row_step(r) <= t.sent_through for r in rows)
+        for row in rows: t.log(row)
         t.close()
         if t.error is not None: raise TrackerError(f"{node}: {t.error}")
         sent[node] = t.rows
-        log(f"{node}: {t.rows} rounds sent to {to} ({t.where})")
+        log(f"{node}: {t.rows} rounds sent to {to} ({t.where})" + (f"; {skipped} were there before" if skipped else ""))
     return sent
 
 # %% ../nbs/13_trackers.ipynb #49546b96

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 from fastcore.basics import patch
 from .config import SAPOConfig, config_slice, valid_name
-from .core import Group, WIRE_FIELDS, ITEM_FIELDS, safe_text, create_once
+from .core import Group, WIRE_FIELDS, ITEM_FIELDS, SUBDIR_FLAGS, safe_text, create_once
 from . import identity
 from .identity import (IdentityError, canonical_json, check_signature, check_wire_id, load_key, public_key_hex,
                               sign_rollout, valid_wire_id, wire_id, MAX_WIRE_ID_CHARS)
@@ -634,10 +634,8 @@ class MemoryTransport(Transport):
 
 # %% ../nbs/10_transport.ipynb #139ba3d2
 _ROUND_RE = re.compile(r"round_(0|[1-9][0-9]{0,8})")
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
-_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
-_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _BLOCKING = {errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST}
 
 # %% ../nbs/10_transport.ipynb #e0b4e7b5
@@ -649,7 +647,7 @@ def _open_dir(name, dir_fd=None, create: bool=False) -> int:
     if create:
         try: os.mkdir(name, 0o777, dir_fd=dir_fd)  # as the umask allows: a pool a group shares stays writable
         except FileExistsError: pass
-    return os.open(name, _O_DIR, dir_fd=dir_fd)
+    return os.open(name, SUBDIR_FLAGS, dir_fd=dir_fd)
 
 # %% ../nbs/10_transport.ipynb #94aa3041
 def read_regular(name, # file name, relative to dir_fd
@@ -730,7 +728,7 @@ class FolderTransport(Transport):
                              f"set SAPO_KEY_DIR (or key_dir) to a private folder outside it")
         try:
             self.root.mkdir(parents=True, exist_ok=True)  # the root is the user's own: trusted, links and all
-            rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+            rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try: efd = _open_dir(experiment, rfd, create=True)  # refuses an experiment folder that is a link ...
             finally: os.close(rfd)
             try: fd = _open_dir("rollouts", efd, create=True)  # ... and a rollouts folder that is a link, creating
@@ -747,7 +745,7 @@ class FolderTransport(Transport):
         self.swarm = self._swarm_id()
 
     def round_dir(self, round: int) -> Path: return self.dir / f"round_{round}"
-    def _open_rollouts(self) -> int: return os.open(self.dir, _O_DIR)
+    def _open_rollouts(self) -> int: return os.open(self.dir, SUBDIR_FLAGS)
 
     def _open_round(self, round, create=False) -> int:
         dfd = self._open_rollouts()
@@ -840,7 +838,7 @@ SWARM_FILE = "swarm_id"
 @patch
 def _swarm_id(self: FolderTransport) -> str:
     "This pool's swarm id, drawn and written by the first transport that opens it."
-    efd = os.open(self.exp_dir, _O_DIR)
+    efd = os.open(self.exp_dir, SUBDIR_FLAGS)
     try:
         try: _write_own(efd, SWARM_FILE, f"{secrets.token_hex(16)}\n".encode(), "swarm", keep=True)
         except BlockedPath: pass  # something else is there: reading it says what
@@ -887,7 +885,7 @@ def _remove(self: FolderTransport, rounds, node_id, archive):
 # %% ../nbs/10_transport.ipynb #36ff158e
 @patch
 def _archive(self: FolderTransport, round, rfd, name):
-    efd = os.open(self.exp_dir, _O_DIR)
+    efd = os.open(self.exp_dir, SUBDIR_FLAGS)
     try:
         afd = _open_dir("archive", efd, create=True)
         try:

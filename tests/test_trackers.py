@@ -2,10 +2,11 @@
 event files, a W&B offline run and Trackio's local store; a failing tracker never raises to the node; and
 `import sapo_nb.trackers` imports none of the packages. A test whose package is not installed is skipped,
 saying which extra installs it."""
-import json, os, struct, subprocess, sys, textwrap, time
+import json, os, shutil, struct, subprocess, sys, textwrap, time
 from pathlib import Path
 import pytest
 from sapo_nb.config import SAPOConfig
+from sapo_nb.core import metrics_path
 from sapo_nb.trackers import Tracker, TrackerError, export_run, flatten_row, make_tracker, open_tracker, tracker_dir
 
 NBS_DATA = Path(__file__).resolve().parent.parent / "nbs" / "data"
@@ -63,18 +64,25 @@ def test_a_tracker_that_cannot_open_is_off_and_never_raises(tmp_path):
 
 # --- TensorBoard ---------------------------------------------------------------------------------------------
 
-def read_events(folder) -> dict:
-    "{(tag, step): (value, wall time)} of the scalars in the TFRecord event files of `folder`."
+def scalar_events(folder) -> list:
+    "[(tag, step, value, wall time)] of every scalar in the TFRecord event files of `folder`, repeats kept."
     from tensorboardX.proto import event_pb2
-    out = {}
+    out = []
     for f in sorted(Path(folder).glob("events.out.tfevents.*")):
         data, pos = f.read_bytes(), 0
         while pos + 12 <= len(data):  # record: u64 length, u32 crc of it, the event, u32 crc of it
             (n,) = struct.unpack("<Q", data[pos:pos + 8]); pos += 12
             e = event_pb2.Event(); e.ParseFromString(data[pos:pos + n]); pos += n + 4
-            for v in e.summary.value:
-                if v.HasField("simple_value"): out[(v.tag, e.step)] = (v.simple_value, e.wall_time)
+            out += [(v.tag, e.step, v.simple_value, e.wall_time) for v in e.summary.value if v.HasField("simple_value")]
     return out
+
+def read_events(folder) -> dict:
+    "{(tag, step): (value, wall time)} of the scalars in the TFRecord event files of `folder`."
+    return {(tag, step): (v, t) for tag, step, v, t in scalar_events(folder)}
+
+def steps_of(folder, tag) -> list:
+    "The steps `tag` has points at, one entry per point: a step sent twice is there twice."
+    return sorted(step for t, step, *_ in scalar_events(folder) if t == tag)
 
 def test_tensorboard_values_read_back(tmp_path):
     needs("tensorboardX")
@@ -118,6 +126,75 @@ def test_export_run_to_tensorboard(tmp_path):
     events = read_events(tmp_path / "node-3")
     assert [events[("reward_train", r["round"])][0] for r in source] == pytest.approx([r["reward_train"] for r in source])
     assert len(said) == 4 and said[0].startswith("node-0: 20 rounds sent to tensorboard")
+
+def write_metrics(cfg, rows):
+    "A node's metrics file as the node leaves it: written before its tracker opens (what names the run)."
+    metrics_path(cfg).parent.mkdir(parents=True, exist_ok=True)
+    metrics_path(cfg).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+def test_a_resumed_node_sends_each_round_to_tensorboard_once(tmp_path):
+    "A node resumed from its round-0 checkpoint runs rounds 1 and 2 again: TensorBoard gets no second point there."
+    needs("tensorboardX")
+    cfg = SAPOConfig(root=str(tmp_path), experiment="exp", node_id="node-0", tracker="tensorboard")
+    first = rows(5)
+    write_metrics(cfg, first[:3])
+    t = open_tracker(cfg, log=lambda s: None)
+    assert [t.log(r) for r in first[:3]] == [True] * 3
+    t.close()
+    rerun = [{**r, "loss": 9.0, "time": r["time"] + 1000} for r in first[1:]]
+    write_metrics(cfg, first[:1] + rerun[:1])  # cut back to round 0, and round 1 run again
+    t = open_tracker(cfg, log=lambda s: None)
+    assert [t.log(r) for r in rerun] == [False, False, True, True]
+    t.close()
+    assert steps_of(tracker_dir(cfg), "loss") == [0, 1, 2, 3, 4]
+    # a fresh start in the same folder (its old rows set aside, a new round 0): not the old run, sent from round 0
+    fresh = [{**r, "time": r["time"] + 10**6} for r in rows(2)]
+    write_metrics(cfg, fresh[:1])
+    t = open_tracker(cfg, log=lambda s: None)
+    assert [t.log(r) for r in fresh] == [True, True]
+    t.close()
+    assert steps_of(tracker_dir(cfg), "loss") == [0, 0, 1, 1, 2, 3, 4]  # three writers, three files: none overwritten
+
+def test_exporting_twice_sends_each_round_once(tmp_path):
+    "`sapo export` run again, to the same folder: nothing is sent, not even an empty event file is made."
+    needs("tensorboardX")
+    said = []
+    assert export_run(NBS_DATA / "swarm4_cpu", "tensorboard", out=tmp_path, log=said.append) == {
+        f"node-{i}": 20 for i in range(4)}
+    files = sorted((tmp_path / "node-3").iterdir())
+    assert export_run(NBS_DATA / "swarm4_cpu", "tensorboard", out=tmp_path, log=said.append) == {
+        f"node-{i}": 0 for i in range(4)}
+    assert said[4:] == [f"node-{i}: its 20 rounds are in tensorboard already (sent before)" for i in range(4)]
+    assert steps_of(tmp_path / "node-3", "reward_train") == list(range(20))
+    assert sorted((tmp_path / "node-3").iterdir()) == files
+
+def test_export_of_a_grown_run_sends_only_the_new_rounds(tmp_path):
+    needs("tensorboardX")
+    run = tmp_path / "run"
+    shutil.copytree(NBS_DATA / "swarm4_cpu", run)
+    metrics = run / "logs" / "node-0" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text("".join(lines[:12]))  # exported while it ran, at round 11
+    said = []
+    assert export_run(run, "tensorboard", out=tmp_path / "tb", log=said.append)["node-0"] == 12
+    metrics.write_text("".join(lines))
+    assert export_run(run, "tensorboard", out=tmp_path / "tb", log=said.append)["node-0"] == 8
+    assert said[4].endswith("; 12 were there before"), said[4]
+    assert steps_of(tmp_path / "tb" / "node-0", "reward_train") == list(range(20))
+
+def test_export_refuses_a_destination_holding_another_run(tmp_path):
+    "Two runs' rounds in one TensorBoard folder would be drawn as one line: the second export is refused, clearly."
+    needs("tensorboardX")
+    run = tmp_path / "run"
+    shutil.copytree(NBS_DATA / "swarm4_cpu", run)
+    export_run(run, "tensorboard", out=tmp_path / "tb", log=lambda s: None)
+    metrics = run / "logs" / "node-0" / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({**json.loads(l), "time": 1.0 + i}) + "\n"  # the folder's run started afresh
+                               for i, l in enumerate(metrics.read_text().splitlines())))
+    with pytest.raises(TrackerError, match="node-0: 'tensorboard' .* holds another run's rounds; export this one "
+                                           "with another --out"):
+        export_run(run, "tensorboard", out=tmp_path / "tb", log=lambda s: None)
+    assert steps_of(tmp_path / "tb" / "node-0", "reward_train") == list(range(20))
 
 # --- Weights & Biases ----------------------------------------------------------------------------------------
 
@@ -218,6 +295,26 @@ def test_trackio_local_store_reads_back(tmp_path):
             for k, v in want.items(): assert logs[r["round"]][k] == pytest.approx(v), (node, r["round"], k)
 
 
+TRACKIO_EXPORT_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from sapo_nb.trackers import export_run
+    from trackio.sqlite_storage import SQLiteStorage
+    sent = [export_run(sys.argv[1], "trackio", out=sys.argv[2], project="p", log=lambda s: None) for _ in range(2)]
+    print("RESULT", json.dumps(dict(sent=sent, steps=[e["step"] for e in SQLiteStorage.get_logs("p", "node-1")])))
+""")
+
+def test_trackio_export_twice_resumes_the_run_without_repeating_a_round(tmp_path):
+    "Trackio resumes a run by its name, so a second export would add every round again; it adds none."
+    needs("trackio")
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "store"), "HF_HUB_OFFLINE": "1"}
+    for var in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"): env.pop(var, None)
+    p = subprocess.run([sys.executable, "-c", TRACKIO_EXPORT_SCRIPT, str(NBS_DATA / "swarm4_cpu"), str(tmp_path / "out")],
+                       capture_output=True, text=True, env=env, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(next(l for l in p.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    assert out["sent"] == [{f"node-{i}": 20 for i in range(4)}, {f"node-{i}": 0 for i in range(4)}]
+    assert sorted(out["steps"]) == list(range(20))
+
 def test_node_copies_every_row_to_its_tracker(tmp_path, monkeypatch):
     "A node run with tracker='tensorboard' sends each metrics row it writes, and the JSONL stays complete."
     needs("tensorboardX")
@@ -234,3 +331,7 @@ def test_node_copies_every_row_to_its_tracker(tmp_path, monkeypatch):
     events = read_events(tracker_dir(cfg))
     assert sorted(s for k, s in events if k == "reward_local") == [0, 1, 2]
     assert [r["round"] for r in read_jsonl(metrics_path(cfg))] == [0, 1, 2]
+    # exported afterwards to its own tracker folder (the default): TensorBoard holds every round already
+    from sapo_nb.core import experiment_dir
+    assert export_run(experiment_dir(cfg), "tensorboard", log=lambda s: None) == {"node-0": 0}
+    assert steps_of(tracker_dir(cfg), "reward_local") == [0, 1, 2]
