@@ -445,23 +445,30 @@ def verify_checkpoint(ck) -> dict:
     return checkpoint_state(ck)
 
 # %% ../nbs/14_durability.ipynb #2111d305
+_RELISTS = 3  # listings of a checkpoint folder that `intact_checkpoint` reads through before it gives up
+
 def intact_checkpoint(folder, check=None, log=print, use=verify_checkpoint) -> tuple:
     """`(path, state)` of the newest checkpoint in `folder` whose state passes `check` and that `use` accepts (by
     default: every file verifies); `(None, None)` if there is none, `CheckpointError` if none is intact."""
-    rounds = sorted(checkpoint_rounds(folder), reverse=True)  # `UnsafePath` if the folder is a link or under one
-    for r in rounds:
-        ck = Path(folder) / f"round_{r}"
-        try:
-            state = checkpoint_state(ck)
-            # the caller's bounds; it raises CheckpointError, or refuses outright with another error
-            if check: check(state)
-            use(ck)  # checks the files it reads, raising CheckpointError for a damaged one
-        except CheckpointError as e:
-            log(f"checkpoint of round {r} skipped: {printable_text(e)}")  # it may quote a key of state.json
-            continue
-        return ck, state
-    if rounds:
-        raise CheckpointError(f"{folder}: no checkpoint is intact ({len(rounds)} tried); "
+    tried = set()
+    for _ in range(_RELISTS):  # a node still running may save a newer one, and remove these, while they are read
+        # `UnsafePath` if the folder is a link or under one
+        rounds = [r for r in sorted(checkpoint_rounds(folder), reverse=True) if r not in tried]
+        if not rounds: break
+        for r in rounds:
+            tried.add(r)
+            ck = Path(folder) / f"round_{r}"
+            try:
+                state = checkpoint_state(ck)
+                # the caller's bounds; it raises CheckpointError, or refuses outright with another error
+                if check: check(state)
+                use(ck)  # checks the files it reads, raising CheckpointError for a damaged one
+            except CheckpointError as e:
+                log(f"checkpoint of round {r} skipped: {printable_text(e)}")  # it may quote a key of state.json
+                continue
+            return ck, state
+    if tried:
+        raise CheckpointError(f"{folder}: no checkpoint is intact ({len(tried)} tried); "
                               "move the folder away to start over")
     return None, None
 
