@@ -261,7 +261,7 @@ def _mix_names():
 # %% ../nbs/03_config.ipynb #90fad151
 def _mix_tasks(mix):
     from sapo_nb.tasks import MIXES
-    return tuple(t[0] for t in MIXES[mix]["tasks"])
+    return tuple(dict.fromkeys(t[0] for t in MIXES[mix]["tasks"]))  # a task a mix holds at several settings: once
 
 # %% ../nbs/03_config.ipynb #20f8fa3b
 @patch

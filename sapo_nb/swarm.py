@@ -30,14 +30,17 @@ def parse_override(text:str) -> tuple:
     from dataclasses import fields
     node, sep, rest = text.partition(":")
     if not sep or not node: raise ConfigError(f"override: got {text!r}; allowed: NODE:field=value[,field=value...]")
-    kinds, out = {f.name: field_kind(f) for f in fields(SAPOConfig)}, {}
+    kinds, texts, k = {f.name: field_kind(f) for f in fields(SAPOConfig)}, {}, None
     for item in filter(None, rest.split(",")):
-        k, eq, v = item.partition("=")
+        if "=" not in item and k is not None and kinds[k] is tuple:  # a list's next item: `tasks=a,b`
+            texts[k] += "," + item
+            continue
+        k, _, v = item.partition("=")
         k = k.strip().replace("-", "_")
-        if not eq or k not in kinds:
+        if "=" not in item or k not in kinds:
             raise ConfigError(f"override {text!r}: unknown field {k!r}; known fields: {', '.join(kinds)}")
-        out[k] = parse_field(f"override {node}:{k}", k, kinds[k], v.strip())
-    return node, out
+        texts[k] = v
+    return node, {k: parse_field(f"override {node}:{k}", k, kinds[k], v.strip()) for k, v in texts.items()}
 
 # %% ../nbs/16_swarm.ipynb #0b476950
 def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=(),
