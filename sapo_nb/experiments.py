@@ -4,7 +4,7 @@
 
 # %% ../nbs/20_experiments.ipynb #a049c200
 from __future__ import annotations
-import argparse, gc, json, shutil, sys, time
+import argparse, gc, json, shlex, shutil, sys, time
 from pathlib import Path
 from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, valid_name, check_drive_mounted
 from .core import (counted, experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance,
@@ -375,7 +375,7 @@ def run_plan(
                             dir=run["dir"], error=error))
     counts = {s: sum(r["status"] == s for r in summary) for s in ("done", "skipped", "failed")}
     log(f"plan {rp['name']}: {', '.join(f'{v} {s}' for s, v in counts.items())} in "
-        f"{time.perf_counter() - t_plan:.0f} s; report: sapo report {rp['dir']}")
+        f"{time.perf_counter() - t_plan:.0f} s; report: sapo report {shlex.quote(str(rp['dir']))}")
     return summary
 
 # %% ../nbs/20_experiments.ipynb #b72eac2b
@@ -434,5 +434,5 @@ def experiment_main(args:argparse.Namespace) -> int:
     for s in summary:
         print(f"{s['config']:>10} {s['seed']:>5} {s['status']:>8} {s['seconds']:>8.0f}"
               + (f"  {s['error']}" if s["error"] else ""))
-    print(f"\nresults: {out}/<config>/seed_<s>/   plan: {out}/plan.json\nreport:  sapo report {out}")
+    print(f"\nresults: {out}/<config>/seed_<s>/   plan: {out}/plan.json\nreport:  sapo report {shlex.quote(str(out))}")
     return 1 if any(s["status"] == "failed" for s in summary) else 0

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_trackers.ipynb #5add46b3
 from __future__ import annotations
-import importlib, json, math, os, re, secrets, time
+import importlib, json, math, os, re, secrets, shlex, time
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, printable_name, valid_name
 from .core import (experiment_dir, node_files, read_jsonl, read_node_configs, read_json_file, atomic_write,
@@ -181,7 +181,7 @@ class TensorBoardTracker(Tracker):
             text = json.dumps(config, indent=1, default=str)
             fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
             self.writer.add_text("config", f"{fence}\n{text}\n{fence}", 0)
-        self.where = f"tensorboard --logdir {Path(directory).parent}"
+        self.where = f"tensorboard --logdir {shlex.quote(str(Path(directory).parent))}"
 
     def write(self, step, scalars, walltime):
         for k, v in scalars.items(): self.writer.add_scalar(k, v, global_step=step, walltime=walltime)
@@ -203,7 +203,7 @@ class WandbTracker(Tracker):
         self.run = wandb.init(project=project, name=name, dir=str(directory), config=config or {},
                               mode=os.environ.get("WANDB_MODE") or "offline", reinit="create_new",
                               settings=wandb.Settings(console="off"))  # the node's own output stays as it is
-        self.where = (f"wandb sync {Path(self.run.dir).parent}" if self.run.settings.mode == "offline"
+        self.where = (f"wandb sync {shlex.quote(str(Path(self.run.dir).parent))}" if self.run.settings.mode == "offline"
                       else str(getattr(self.run, "url", "") or ""))
 
     def write(self, step, scalars, walltime): self.run.log(scalars, step=step)
@@ -221,7 +221,7 @@ class TrackioTracker(Tracker):
         current = getattr(getattr(trackio, "context_vars", None), "current_run", None)
         # the next init must not finish this run
         if current is not None and current.get() is self.run: current.set(None)
-        self.where = f"trackio show --project {project}"
+        self.where = f"trackio show --project {shlex.quote(project)}"
 
     def write(self, step, scalars, walltime): self.run.log(scalars, step=step)
     def finish(self): self.run.finish()
