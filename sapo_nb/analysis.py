@@ -170,15 +170,11 @@ ID_COLUMNS = ("run", "config", "seed", "node_id", "round", "adaptive",  # then t
 METRIC_COLUMNS = metric_columns()  # `core.RoundMetrics`, flattened; held-out columns are NaN where not evaluated
 
 # %% ../nbs/19_analysis.ipynb #c8557012
-def _flat_row(row:dict) -> dict|None:
-    "One metrics object flattened (`seconds.x` -> `seconds_x`, nested values dropped); None without a valid round."
-    r = row.get("round")
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0 or r != int(r):
-        return None
+def _flat_row(row:dict) -> dict:
+    "One valid metrics row flattened (`seconds.x` -> `seconds_x`, nested values dropped)."
     out = {k: v for k, v in row.items() if not isinstance(v, (dict, list))}
     if isinstance(row.get("seconds"), dict):
         out.update({f"seconds_{k}": v for k, v in row["seconds"].items() if not isinstance(v, (dict, list))})
-    out["round"] = int(r)
     return out
 
 # %% ../nbs/19_analysis.ipynb #3443952e
