@@ -11,7 +11,7 @@ from .config import ConfigError, CHOICES, COMMAND_PRESET, field_docs, preset, ch
 from .core import counted, experiment_dir, read_json_file, trust_root
 from .trackers import progress_line
 from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
-                           require_process_groups, stop_swarm, swarm_key, waiting_for_peers)
+                           require_process_groups, stop_swarm, swarm_key, waiting_for_peers, pool_shortfall)
 from .monitor import SwarmWatcher, refusal_text, short_peer, tail_lines
 
 # %% auto #0
@@ -197,8 +197,9 @@ def set_values(self:SwarmPanel, **values):
 
 # %% ../nbs/21_panel.ipynb #1e052286
 @patch
-def _say(self:SwarmPanel, text:str, error:bool=False):
-    self.message.value = f"<span style='color:{'#b00020' if error else '#1a7f37'}'>{html.escape(text)}</span>"
+def _say(self:SwarmPanel, text:str, error:bool=False, warning:bool=False):
+    colour = '#b00020' if error else '#9a6700' if warning else '#1a7f37'
+    self.message.value = f"<span style='color:{colour}'>{html.escape(text)}</span>"
 
 # %% ../nbs/21_panel.ipynb #e2e80299
 @patch
@@ -380,8 +381,10 @@ def launch(self:SwarmPanel):
         self._say(str(e), error=True)
         return None
     self._watch(c.root, c.experiment)
+    short = pool_shortfall(cfgs)  # J larger than the others publish: a smaller batch, not more sharing
     self._say(f"launched {counted(len(cfgs), 'node')} in {experiment_dir(c)}: "
-              + ", ".join(f"{n} (pid {p.pid})" for n, p in swarm.procs.items()))
+              + ", ".join(f"{n} (pid {p.pid})" for n, p in swarm.procs.items()) + (f". {short}" if short else ""),
+              warning=bool(short))
     if self._displayed: self.start_timer()
     return swarm
 

@@ -251,6 +251,24 @@ def test_process_mode_without_killpg_says_so(tmp_path, monkeypatch):
     assert p.launch() is None and "supported: Linux, macOS, WSL" in p.message.value
 
 
+def test_panel_launch_warns_when_J_cannot_be_filled(tmp_path, monkeypatch):
+    "J larger than the other nodes publish is a smaller batch, not more sharing: the panel says so as `sapo swarm` does."
+    from types import SimpleNamespace
+    started = []
+    def launch(cfgs):
+        started.append(cfgs)
+        return SimpleNamespace(procs={c.node_id: SimpleNamespace(pid=100 + i) for i, c in enumerate(cfgs)})
+    monkeypatch.setattr(panel, "launch_swarm", launch)
+    p = panel.SwarmPanel(root=str(tmp_path), experiment="short", interval=None, model="tiny", nodes=2, rounds=3)
+    p.set_values(I=1, J=4)
+    assert p.launch() is not None and len(started) == 1
+    assert "launched 2 nodes" in p.message.value and "node-0 wants J=4, the others publish 1" in p.message.value
+    assert "#9a6700" in p.message.value  # a warning's colour, not the green of all's well
+    p.set_values(I=2, J=2)
+    p.launch()
+    assert "warning" not in p.message.value and "#1a7f37" in p.message.value
+
+
 # --- the README -----------------------------------------------------------------------------------------------------
 
 def test_readme_test_command_installs_what_ci_installs():
