@@ -469,12 +469,12 @@ def add_export_command(sub) -> argparse.ArgumentParser:
 
 # %% ../nbs/22_cli.ipynb #eb9a5b86
 def run_export(args) -> int:
-    "`sapo export`: replay the run's metrics into the tracker; 1 with a message when it cannot."
+    "`sapo export`: replay the run's metrics into the tracker; 2 with a message when it cannot."
     from sapo_nb.trackers import export_run, TrackerError
     try: export_run(args.run, args.to, out=args.out, project=args.project)
     except (TrackerError, ValueError, FileNotFoundError) as e:
         print(f"sapo export: {e}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 # %% ../nbs/22_cli.ipynb #fd643fee
