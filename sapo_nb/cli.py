@@ -460,7 +460,7 @@ def add_export_command(sub) -> argparse.ArgumentParser:
     "`sapo export RUN --to TRACKER`: where its files go, and the project name."
     ex = sub.add_parser("export",
                         help="replay a run's metrics into a tracker (TensorBoard, W&B offline, Trackio); "
-                             "run again, it sends only the rounds TensorBoard or Trackio lack")
+                             "run again, it sends TensorBoard and Trackio only rounds it has not sent them")
     ex.add_argument("run", help="a run folder: <root>/<experiment>, holding logs/<node>/metrics.jsonl")
     ex.add_argument("--to", required=True, choices=CHOICES["tracker"][1:], help="the tracker")
     ex.add_argument("--out", default=None, help="where its files go (default: RUN/tracker)")

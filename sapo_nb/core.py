@@ -18,8 +18,8 @@ __all__ = ['WIRE_FIELDS', 'ITEM_FIELDS', 'SUBDIR_FLAGS', 'NO_HARD_LINKS', 'JSONL
            'atomic_write', 'create_once', 'read_json_file', 'parse_jsonl_line', 'read_jsonl_counted', 'read_jsonl',
            'append_jsonl', 'read_run_config', 'node_dirs', 'node_files', 'configured_rounds', 'read_node_configs',
            'experiment_dir', 'metrics_path', 'checkpoint_dir', 'eval_records_path', 'provenance_path', 'node_log_path',
-           'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'first_of_each_round', 'metric_columns',
-           'machine_type', 'provenance']
+           'tracker_dir', 'is_finite', 'is_count', 'RoundMetrics', 'valid_metrics_row', 'first_of_each_round',
+           'metric_columns', 'machine_type', 'provenance']
 
 # %% ../nbs/00_core.ipynb #8cf2fe98
 # what a node publishes of a group, and nothing else
@@ -417,6 +417,9 @@ def provenance_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node
 # %% ../nbs/00_core.ipynb #7f7cc7a0
 # what a node process prints, when it runs as a process of its own
 def node_log_path(cfg) -> Path: return experiment_dir(cfg) / "logs" / cfg.node_id / "node.log"
+
+# where its tracker's files go (TensorBoard's events, a W&B offline run, the mark of rounds sent: `trackers`)
+def tracker_dir(cfg) -> Path: return experiment_dir(cfg) / "tracker" / cfg.node_id
 
 # %% ../nbs/00_core.ipynb #41487f7c
 COUNT_MAX = 2**53  # counts are exact as floats below this; no run gets near it

@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .config import SAPOConfig, ConfigError
 from .core import (UnsafePath, atomic_write, open_regular, open_nofollow, read_jsonl, read_json_file,
                           path_kind, list_dir, printable_text, remove, rename, safe_text, is_count, is_finite,
-                          experiment_dir, metrics_path, eval_records_path)
+                          experiment_dir, metrics_path, eval_records_path, tracker_dir)
 
 # %% auto #0
 __all__ = ['LEASE_HEARTBEAT', 'LEASE_STALE', 'LEASE_SKEW', 'CHECKPOINT_FILES', 'STATE_MAX_BYTES', 'RESUME_FIXED', 'rounds_logged',
@@ -39,10 +39,11 @@ def truncate_metrics(path, last_round:int, key=lambda row: row["round"]) -> int:
 
 # %% ../nbs/14_durability.ipynb #47efca77
 def set_records_aside(cfg:SAPOConfig) -> str|None:
-    """Rename the node's evaluation records, then its metrics, to `<name>.before-<UTC time>-<random>.jsonl`; the new
-    metrics name. The metrics go last: they are what says a start has rows to set aside, so a start killed between
-    the two renames does it again, and loses nothing."""
+    """Rename the node's tracker folder, evaluation records, then its metrics, to `<name>.before-<UTC time>-<random>`
+    (`.jsonl`); the new metrics name. The metrics go last: they are what says a start has rows to set aside, so a
+    start killed between the renames does it again, and loses nothing."""
     stamp, new = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}", None
+    if path_kind(tracker := tracker_dir(cfg)) == "dir": rename(tracker, f"{tracker.name}.before-{stamp}")
     for path in (eval_records_path(cfg), metrics_path(cfg)):
         if path_kind(path) == "file":
             name = f"{path.stem}.before-{stamp}.jsonl"
@@ -467,7 +468,7 @@ def intact_checkpoint(folder, check=None, log=print, use=verify_checkpoint) -> t
                 log(f"checkpoint of round {r} skipped: {printable_text(e)}")  # it may quote a key of state.json
                 continue
             return ck, state
-    if tried:
+    if tried and checkpoint_rounds(folder):  # all removed as they were read (`sapo clean`): none, as if never made
         raise CheckpointError(f"{folder}: no checkpoint is intact ({len(tried)} tried); "
                               "move the folder away to start over")
     return None, None

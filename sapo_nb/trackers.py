@@ -14,7 +14,7 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['ROW_STEP', 'ROW_TIME', 'SENT_MARK', 'EXTRAS', 'TRACKERS', 'TRACKER_CLASSES', 'row_step', 'flatten_row',
            'TrackerError', 'Tracker', 'run_mark', 'read_marks', 'TensorBoardTracker', 'WandbTracker', 'TrackioTracker',
-           'tracker_dir', 'first_row', 'make_tracker', 'open_tracker', 'run_rows', 'export_run', 'progress_line']
+           'first_row', 'make_tracker', 'open_tracker', 'run_rows', 'export_run', 'progress_line']
 
 # %% ../nbs/13_trackers.ipynb #6ffd0e4b
 ROW_STEP, ROW_TIME = "round", "time"  # the step and the wall time of a row: passed apart, not plotted
@@ -59,10 +59,11 @@ class Tracker:
     implement `write` and `finish`."""
     kind = "none"
     appends = False  # a second open of the same destination adds to what is there (TensorBoard, Trackio)
+    settles = 0.0    # seconds after `write` returns until the row is stored for good (Trackio writes in the background)
     def __init__(self, log=print):  # log: where the one failure message goes
         self.report, self.error, self.rows, self.closed, self.where = log, None, 0, False, ""
-        # the last round sent; the mark kept (`keep_mark`): where, the last round in it, and when it was written
-        self.sent_through, self.mark, self.marked, self._mark_at = -1, None, -1, -math.inf
+        # the last round sent; the mark kept (`keep_mark`): where, the last round in it, when, and rounds not in it
+        self.sent_through, self.mark, self.marked, self._mark_at, self._unmarked = -1, None, -1, -math.inf, []
 
     @property
     def enabled(self) -> bool: return self.error is None and not self.closed
@@ -100,12 +101,11 @@ def log(self:Tracker, row:dict) -> bool:
         if step is None or step <= self.sent_through: return False  # no step, or one the destination holds
         t = row.get(ROW_TIME)
         self.write(step, flatten_row(row), float(t) if isinstance(t, (int, float)) and math.isfinite(t) else None)
-        self.sent_through = step
-        if self.mark and time.monotonic() - self._mark_at >= _MARK_EVERY: self._save_mark()
     except Exception as e:
         self._fail(f"logging round {step}", e)
         return False
-    self.rows += 1
+    self.rows, self.sent_through = self.rows + 1, step
+    if self.mark: self._mark_sent(step)
     return True
 
 # %% ../nbs/13_trackers.ipynb #57ce4e65
@@ -114,10 +114,9 @@ def close(self:Tracker):
     "Flush and close; a second call does nothing. After a failure it still tries to release what it holds, quietly."
     if self.closed: return
     self.closed = True
-    try:
-        self.finish()
-        if self.mark and self.error is None and self.sent_through > self.marked: self._save_mark()
+    try: self.finish()
     except Exception as e: self._fail("closing", e)
+    if self.mark and self.error is None: self._mark_sent(self.sent_through, closed=True)  # every row is stored now
 
 # %% ../nbs/13_trackers.ipynb #888cd131
 SENT_MARK = "sent.json"  # beside a tracker's files: {destination: {"run": run_mark, "round": the last sent}}
@@ -125,11 +124,10 @@ _SENT_MARK_MAX_BYTES, _SENT_MARKS_MAX = 1 << 16, 64  # a few dozen destinations 
 _MARK_EVERY = 1.0  # seconds between writes of the mark while rows come fast (an export); a node's rounds are slower
 
 def run_mark(row) -> str|None:
-    "What names a run: its first metrics row's round and wall time (`'0@1800000000.5'`); None for a row with no round."
-    step = row_step(row)
-    if step is None: return None
-    t = row.get(ROW_TIME)
-    return f"{step}@{float(t) if is_finite(t) else '-'}"
+    """What names a run: its first metrics row's round and wall time (`'0@1800000000.5'`); None for a row without
+    both (two such runs could not be told apart: their rows are sent, as they would be without a mark)."""
+    step, t = row_step(row), row.get(ROW_TIME) if isinstance(row, dict) else None
+    return None if step is None or not is_finite(t) else f"{step}@{float(t)}"
 
 def read_marks(directory) -> dict:
     "The marks of `directory`'s `sent.json`, `{destination: {'run': str, 'round': int}}`; anything else left out."
@@ -147,13 +145,27 @@ def keep_mark(self:Tracker, directory, destination:str, run:str):
     self.sent_through = self.marked = held["round"] if held and held["run"] == run else -1
 
 @patch
-def _save_mark(self:Tracker):
-    "Write the last round sent into the mark file, beside the other destinations' marks."
+def _mark_sent(self:Tracker, step:int, closed:bool=False):
+    "Note `step` sent; write the newest round stored for good into the mark file, beside other destinations' marks."
+    now = time.monotonic()
+    if not closed:
+        self._unmarked.append((now, step))
+        if now - self._mark_at < _MARK_EVERY: return
+    settled = [s for at, s in self._unmarked if closed or now - at >= self.settles]
+    self._unmarked = [(at, s) for at, s in self._unmarked if not (closed or now - at >= self.settles)]
+    if not settled or max(settled) <= self.marked: return
     directory, destination, run = self.mark
-    marks = {k: v for k, v in read_marks(directory).items() if k != destination}
-    marks = dict(list(marks.items())[-(_SENT_MARKS_MAX - 1):], **{destination: dict(run=run, round=self.sent_through)})
-    atomic_write(directory / SENT_MARK, json.dumps(marks, indent=1))
-    self.marked, self._mark_at = self.sent_through, time.monotonic()
+    try:
+        marks = {k: v for k, v in read_marks(directory).items() if k != destination}
+        marks = dict(list(marks.items())[-(_SENT_MARKS_MAX - 1):], **{destination: dict(run=run, round=max(settled))})
+        atomic_write(directory / SENT_MARK, json.dumps(marks, indent=1))
+    except Exception as e:  # rows may be sent twice later, never lost: the tracker goes on, unmarked
+        self.mark = None
+        try: self.report(f"tracker {self.kind}: its mark {directory / SENT_MARK} cannot be written "
+                         f"({type(e).__name__}: {e}); rounds sent now may be sent again after a resume")
+        except Exception: pass
+        return
+    self.marked, self._mark_at = max(settled), now
 
 # %% ../nbs/13_trackers.ipynb #4708c175
 EXTRAS = dict(tensorboard="tensorboardX", wandb="wandb", trackio="trackio")  # tracker -> the package its extra installs
@@ -212,7 +224,7 @@ class WandbTracker(Tracker):
 # %% ../nbs/13_trackers.ipynb #13c75921
 class TrackioTracker(Tracker):
     "A Trackio run in its local store: project = experiment, run = node id, resumed when it exists."
-    kind, appends = "trackio", True
+    kind, appends, settles = "trackio", True, 5.0  # its thread stores what is logged every half second
     def __init__(self, directory, project:str, name:str, config:dict|None=None, log=print):
         super().__init__(log)
         trackio = _need("trackio")
@@ -226,6 +238,10 @@ class TrackioTracker(Tracker):
     def write(self, step, scalars, walltime): self.run.log(scalars, step=step)
     def finish(self): self.run.finish()
 
+    @classmethod
+    def destination(cls, project, name):  # its store is not in the folder of the mark, so the mark names it
+        return f"{cls.kind} {importlib.import_module('trackio.utils').TRACKIO_DIR} {project}/{name}"
+
 # %% ../nbs/13_trackers.ipynb #779c4b4a
 TRACKERS = CHOICES["tracker"]  # 'none' first, then the real ones
 
@@ -233,9 +249,7 @@ TRACKERS = CHOICES["tracker"]  # 'none' first, then the real ones
 TRACKER_CLASSES = dict(tensorboard=TensorBoardTracker, wandb=WandbTracker, trackio=TrackioTracker)
 
 # %% ../nbs/13_trackers.ipynb #a0280219
-def tracker_dir(cfg:SAPOConfig) -> Path:
-    "Where a node's tracker files go: `<root>/<experiment>/tracker/<node_id>/`."
-    return experiment_dir(cfg) / "tracker" / cfg.node_id
+from .core import tracker_dir  # `<root>/<experiment>/tracker/<node_id>/`
 
 # %% ../nbs/13_trackers.ipynb #0804b42c
 def first_row(path) -> dict|None:
@@ -260,7 +274,11 @@ def make_tracker(kind:str,              # one of `TRACKERS`
     if kind == "none": return Tracker(log)
     try:
         t = TRACKER_CLASSES[kind](directory, project, name, config, log)
-        if run is not None and t.appends: t.keep_mark(directory, t.destination(project, name), run)
+        try:
+            if run is not None and t.appends: t.keep_mark(directory, t.destination(project, name), run)
+        except BaseException:
+            t.close()  # what it opened (a file, a run) is released before the error goes on
+            raise
         return t
     except Exception as e:
         if strict:
