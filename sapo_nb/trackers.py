@@ -240,6 +240,7 @@ class TrackioTracker(Tracker):
 
     @classmethod
     def destination(cls, project, name):  # its store is not in the folder of the mark, so the mark names it
+        _need(cls.kind)  # not installed: a TrackerError that says how to install it
         return f"{cls.kind} {importlib.import_module('trackio.utils').TRACKIO_DIR} {project}/{name}"
 
 # %% ../nbs/13_trackers.ipynb #779c4b4a
@@ -340,11 +341,10 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
         rows = run_rows(read_jsonl(run_dir / "logs" / node / "metrics.jsonl"))
         run = run_mark(rows[0]) if rows else None
         kind = TRACKER_CLASSES[to]
-        where = kind.destination(project, node)
-        if kind.appends and (held := read_marks(out / node).get(where)):
+        if kind.appends and run is not None and (held := read_marks(out / node).get(kind.destination(project, node))):
             if held["run"] != run:
-                raise TrackerError(f"{node}: {where!r} (marked in {out / node}) holds another run's rounds; "
-                                   f"export this one with another --out (TensorBoard) or --project")
+                raise TrackerError(f"{node}: {kind.destination(project, node)!r} (marked in {out / node}) holds another "
+                                   "run's rounds; export this one with another --out (TensorBoard) or --project")
             if all(row_step(r) <= held["round"] for r in rows):
                 sent[node] = 0
                 log(f"{node}: its {len(rows)} rounds are in {to} already (sent before)")
