@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .config import printable_name, evaluation_after
 from .identity import alias_of, valid_wire_id
 from .transport import UNSIGNED_REASONS
-from .core import (configured_rounds, first_of_each_round, is_count, is_finite, node_dirs, open_regular,
+from .core import (configured_rounds, counted, first_of_each_round, is_count, is_finite, node_dirs, open_regular,
                           parse_jsonl_line,
                           printable_text, read_jsonl, read_jsonl_counted, read_node_configs, trust_root,
                           valid_metrics_row)
@@ -112,11 +112,11 @@ def node_status(node:str, # the node's name: its folder under `logs/`
     seconds per round at its wall-clock `pace`, and its ETA: the rounds left at that pace, and its evaluations left."""
     state = node_state(last, total, now, stale_after, pace, evaluation[0])
     row = dict(node=node, rounds=0, last_round=None, reward=None, seconds_per_round=None, idle_seconds=None,
-               skipped=skipped, total_rounds=total, eta_seconds=None, state=state, stale=state == "stale")
+               skipped=skipped, total_rounds=total, eta_seconds=None, state=state, stale=state == "stale", blocked=0)
     if last is not None:
         spr = pace or last["seconds"]["total"]
         row.update(rounds=last["round"] + 1, last_round=last["round"], reward=last["reward_train"],
-                   seconds_per_round=spr, idle_seconds=now - last["time"])
+                   seconds_per_round=spr, idle_seconds=now - last["time"], blocked=last.get("pool_blocked", 0))
         if total is not None: row["eta_seconds"] = max(0, total - last["round"] - 1) * spr + evaluation[1]
     return row
 
@@ -259,7 +259,9 @@ def format_status(rows:list) -> str:
     lines = [f"{printable_name(r['node']):>10} {done(r):>9} {num(r['reward'], '.3f'):>7} "
              f"{num(r['seconds_per_round'], '.1f'):>8} "
              f"{num(None if r['state'] == 'done' else r['idle_seconds'], '.0f'):>7}  {r['state']}"
-             + (f"  ({r['skipped']} lines skipped: malformed or repeated)" if r.get("skipped") else "") for r in rows]
+             + (f"  ({r['skipped']} lines skipped: malformed or repeated)" if r.get("skipped") else "")
+             + (f"  ({counted(r['blocked'], 'round')} not published: the pool's path is blocked, its node.log says where)"
+                if r.get("blocked") else "") for r in rows]
     return "\n".join([head] + lines) if rows else "no node has started in this run folder yet"
 
 # %% ../nbs/17_monitor.ipynb #4b415fe7

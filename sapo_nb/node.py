@@ -323,7 +323,7 @@ def finish_round(self:SwarmNode, state:RoundStart) -> dict:
         pool_available=info.get("available", 0),
         pool_rejected=self.transport.rejected, pool_selected=len(ext), pool_topped_up=info.get("topped_up", 0),
         pool_peers=len({g.node_id for g in candidates}), pool_unusable=sum(info.get("rejected", {}).values()),
-        pool_published=state.published,
+        pool_published=state.published, pool_blocked=self.transport.unpublished["blocked_path"],
         peers=top_peers(add_refusals(info.get("peers", {}), self.transport.take_refusals())) if reads_pool else None,
         **training_metrics(st), tokens_generated=state.tokens,
         truncated=sum(sum(g.truncated) for g in local), seconds=sec,

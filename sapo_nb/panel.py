@@ -54,6 +54,9 @@ def status_html(rows:list) -> str:
         if r.get("skipped"):
             state += (f" <span title='lines of its metrics file that are not valid rows, or repeat a round'>"
                       f"({int(r['skipped'])} skipped)</span>")
+        if r.get("blocked"):  # its peers never got those rounds
+            state += (f" <span style='color:#b00020' title=\"the pool's path is blocked: its node.log says where\">"
+                      f"({int(r['blocked'])} not published)</span>")
         cells = [html.escape(str(v)) for v in (r["node"], rnd, "-" if r["reward"] is None else f"{r['reward']:.3f}",
                  "-" if r["seconds_per_round"] is None else f"{r['seconds_per_round']:.1f}",
                  _fmt_seconds(r["eta_seconds"] if r["state"] in LIVE_STATES else None),

@@ -214,3 +214,6 @@ def test_a_round_the_pool_would_not_take_shows_in_its_metrics_row(tmp_path):
     SwarmNode(cfg, transport=pool, log=lambda *_: None).run()
     rows = read_jsonl(metrics_path(cfg))
     assert [r["pool_published"] > 0 for r in rows] == [True, False]
+    assert [r["pool_blocked"] for r in rows] == [0, 1]  # counted, so `sapo status` can say it
+    from sapo_nb.monitor import swarm_status, format_status
+    assert "(1 round not published: the pool's path is blocked" in format_status(swarm_status(cfg.root, cfg.experiment))
