@@ -8,13 +8,13 @@ import importlib, json, math, os, re, secrets, shlex, time
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, printable_name, valid_name
 from .core import (experiment_dir, node_files, read_jsonl, read_node_configs, read_json_file, atomic_write,
-                          open_regular, parse_jsonl_line, metrics_path, is_count, is_finite, JSONL_MAX_LINE)
+                          open_regular, parse_jsonl_line, metrics_path, is_count, is_finite, JSONL_MAX_LINE, list_dir)
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ROW_STEP', 'ROW_TIME', 'SENT_MARK', 'EXTRAS', 'TRACKERS', 'TRACKER_CLASSES', 'row_step', 'flatten_row',
            'TrackerError', 'Tracker', 'run_mark', 'read_marks', 'TensorBoardTracker', 'WandbTracker', 'TrackioTracker',
-           'first_row', 'make_tracker', 'open_tracker', 'run_rows', 'export_run', 'progress_line']
+           'first_row', 'run_name', 'make_tracker', 'open_tracker', 'run_rows', 'export_run', 'progress_line']
 
 # %% ../nbs/13_trackers.ipynb #6ffd0e4b
 ROW_STEP, ROW_TIME = "round", "time"  # the step and the wall time of a row: passed apart, not plotted
@@ -259,6 +259,13 @@ def first_row(path) -> dict|None:
     if f is None: return None
     with f: return parse_jsonl_line(f.readline(JSONL_MAX_LINE))
 
+# %% ../nbs/13_trackers.ipynb #0c0fbbe1
+def run_name(cfg:SAPOConfig) -> str:
+    "A node's tracker run name: its id, and for a node that started over, which start it is (`node-0.start2`)."
+    try: before = sum(n.startswith(f"{cfg.node_id}.before-") for n in list_dir(tracker_dir(cfg).parent))
+    except OSError: before = 0  # an unreadable folder: the id alone, as before any start was set aside
+    return f"{cfg.node_id}.start{before + 1}" if before else cfg.node_id
+
 # %% ../nbs/13_trackers.ipynb #ce1f8364
 def make_tracker(kind:str,              # one of `TRACKERS`
                  directory,             # the folder for its files (TensorBoard, W&B)
@@ -293,7 +300,7 @@ def make_tracker(kind:str,              # one of `TRACKERS`
 # %% ../nbs/13_trackers.ipynb #4d4fccc6
 def open_tracker(cfg:SAPOConfig, log=print) -> Tracker:
     "The tracker `cfg.tracker` for this node (a no-op for 'none'); never raises."
-    t = make_tracker(cfg.tracker, tracker_dir(cfg), cfg.experiment, cfg.node_id, cfg.to_dict(), log=log,
+    t = make_tracker(cfg.tracker, tracker_dir(cfg), cfg.experiment, run_name(cfg), cfg.to_dict(), log=log,
                      run=run_mark(first_row(metrics_path(cfg))))
     if t.enabled and t.kind != "none":
         try: log(f"{cfg.node_id}: metrics also go to {t.kind} ({t.where})")
