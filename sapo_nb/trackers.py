@@ -9,6 +9,7 @@ from pathlib import Path
 from .config import SAPOConfig, CHOICES, printable_name, valid_name
 from .core import (experiment_dir, node_files, read_jsonl, read_node_configs, read_json_file, atomic_write,
                           open_regular, parse_jsonl_line, metrics_path, is_count, is_finite, JSONL_MAX_LINE, list_dir)
+from .durability import lease_alive, lease_file
 from fastcore.basics import patch
 
 # %% auto #0
@@ -347,7 +348,12 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
     for node in nodes:
         rows = run_rows(read_jsonl(run_dir / "logs" / node / "metrics.jsonl"))
         run = run_mark(rows[0]) if rows else None
-        kind = TRACKER_CLASSES[to]
+        kind, cfg = TRACKER_CLASSES[to], _valid_config(configs.get(node))
+        if (cfg and cfg.get("tracker") == to and (out / node).resolve() == (run_dir / "tracker" / node).resolve()
+                and lease_alive(lease_file(run_dir, node))):  # two writers of one folder, and of its mark
+            sent[node] = 0
+            log(f"{node}: runs now, and sends its rounds to {to} itself")
+            continue
         if kind.appends and run is not None and (held := read_marks(out / node).get(kind.destination(project, node))):
             if held["run"] != run:
                 raise TrackerError(f"{node}: {kind.destination(project, node)!r} (marked in {out / node}) holds another "
@@ -356,7 +362,7 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
                 sent[node] = 0
                 log(f"{node}: its {len(rows)} rounds are in {to} already (sent before)")
                 continue
-        t = make_tracker(to, out / node, project, node, _valid_config(configs.get(node)), log=log, strict=True, run=run)
+        t = make_tracker(to, out / node, project, node, cfg, log=log, strict=True, run=run)
         skipped = sum(row_step(r) <= t.sent_through for r in rows)
         for row in rows: t.log(row)
         t.close()

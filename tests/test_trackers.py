@@ -335,3 +335,12 @@ def test_node_copies_every_row_to_its_tracker(tmp_path, monkeypatch):
     from sapo_nb.core import experiment_dir
     assert export_run(experiment_dir(cfg), "tensorboard", log=lambda s: None) == {"node-0": 0}
     assert steps_of(tracker_dir(cfg), "reward_local") == [0, 1, 2]
+    # while it runs, an export into its own folder leaves it to send its rounds itself: no second writer there
+    from sapo_nb.durability import NodeLease
+    held, said = NodeLease(cfg).acquire(), []
+    try:
+        (tracker_dir(cfg) / "sent.json").unlink()  # even with nothing marked, it does not write beside the node
+        assert export_run(experiment_dir(cfg), "tensorboard", log=said.append) == {"node-0": 0}
+        assert said == ["node-0: runs now, and sends its rounds to tensorboard itself"]
+        assert export_run(experiment_dir(cfg), "tensorboard", out=tmp_path / "elsewhere", log=said.append) == {"node-0": 3}
+    finally: held.release()
