@@ -471,7 +471,9 @@ def add_export_command(sub) -> argparse.ArgumentParser:
 def run_export(args) -> int:
     "`sapo export`: replay the run's metrics into the tracker; 2 with a message when it cannot."
     from sapo_nb.trackers import export_run, TrackerError
-    try: export_run(args.run, args.to, out=args.out, project=args.project)
+    from sapo_nb.durability import lease_alive, lease_file
+    try: export_run(args.run, args.to, out=args.out, project=args.project,
+                    running=lambda run, node: lease_alive(lease_file(run, node)))
     except (TrackerError, ValueError, FileNotFoundError) as e:
         print(f"sapo export: {e}", file=sys.stderr)
         return 2

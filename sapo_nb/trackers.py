@@ -9,7 +9,6 @@ from pathlib import Path
 from .config import SAPOConfig, CHOICES, printable_name, valid_name
 from .core import (experiment_dir, node_files, read_jsonl, read_node_configs, read_json_file, atomic_write,
                           open_regular, parse_jsonl_line, metrics_path, is_count, is_finite, JSONL_MAX_LINE, list_dir)
-from .durability import lease_alive, lease_file
 from fastcore.basics import patch
 
 # %% auto #0
@@ -336,6 +335,7 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
                out=None,             # folder for the files (TensorBoard, W&B); default `<run_dir>/tracker`
                project:str|None=None,# the tracker's project; default the run folder's name
                log=print,            # where progress goes
+               running=None,         # `(run_dir, node) -> bool`: whether the node runs now (`sapo export`: its lease)
               ) -> dict:
     "Replay a finished run's metrics into tracker `to`, one tracker run per node. Returns {node: rounds sent}."
     if to not in TRACKER_CLASSES: raise TrackerError(f"to: got {to!r}; allowed: {', '.join(TRACKER_CLASSES)}")
@@ -349,8 +349,8 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
         rows = run_rows(read_jsonl(run_dir / "logs" / node / "metrics.jsonl"))
         run = run_mark(rows[0]) if rows else None
         kind, cfg = TRACKER_CLASSES[to], _valid_config(configs.get(node))
-        if (cfg and cfg.get("tracker") == to and (out / node).resolve() == (run_dir / "tracker" / node).resolve()
-                and lease_alive(lease_file(run_dir, node))):  # two writers of one folder, and of its mark
+        if (running and cfg and cfg.get("tracker") == to
+                and (out / node).resolve() == (run_dir / "tracker" / node).resolve() and running(run_dir, node)):
             sent[node] = 0
             log(f"{node}: runs now, and sends its rounds to {to} itself")
             continue

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from sapo_nb.config import SAPOConfig
 from sapo_nb.core import metrics_path
+from conftest import sapo_cli
 from sapo_nb.trackers import Tracker, TrackerError, export_run, flatten_row, make_tracker, open_tracker, tracker_dir
 
 NBS_DATA = Path(__file__).resolve().parent.parent / "nbs" / "data"
@@ -340,7 +341,12 @@ def test_node_copies_every_row_to_its_tracker(tmp_path, monkeypatch):
     held, said = NodeLease(cfg).acquire(), []
     try:
         (tracker_dir(cfg) / "sent.json").unlink()  # even with nothing marked, it does not write beside the node
-        assert export_run(experiment_dir(cfg), "tensorboard", log=said.append) == {"node-0": 0}
+        from sapo_nb.durability import lease_alive, lease_file
+        running = lambda run, node: lease_alive(lease_file(run, node))  # as `sapo export` asks
+        assert export_run(experiment_dir(cfg), "tensorboard", log=said.append, running=running) == {"node-0": 0}
         assert said == ["node-0: runs now, and sends its rounds to tensorboard itself"]
-        assert export_run(experiment_dir(cfg), "tensorboard", out=tmp_path / "elsewhere", log=said.append) == {"node-0": 3}
+        assert export_run(experiment_dir(cfg), "tensorboard", out=tmp_path / "elsewhere", log=said.append,
+                          running=running) == {"node-0": 3}
+        code, out, err = sapo_cli("export", str(experiment_dir(cfg)), "--to", "tensorboard")
+        assert code == 0 and "node-0: runs now" in out, (code, out, err)
     finally: held.release()
