@@ -483,8 +483,8 @@ class RoundMetrics:
     pool_unusable: int = _m(is_count, "collected groups that could not be rebuilt or scored", 0)
     pool_published: int = _m(is_count, "bytes of the node's own rollout the pool took this round (0: nothing to "
                                        "publish, the round published before, or the path blocked: its log says)", 0)
-    pool_blocked: int = _m(is_count, "rounds since the node started whose own rollout the pool's path refused (something "
-                                     "planted where it goes): peers never got them", 0)
+    pool_blocked: int = _m(is_count, "rounds since the node started whose own rollout the pool's path refused "
+                                     "(something planted where it goes): peers never got them", 0)
     peers: dict|None = _m(_peers, "per peer: groups offered, taken and refused by reason "
                                   "(files refused count once), `PEERS_PER_ROW` at most")
     loss: float|None = _m(_number, "GRPO loss of the update (None: no token trained)")

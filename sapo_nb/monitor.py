@@ -260,8 +260,8 @@ def format_status(rows:list) -> str:
              f"{num(r['seconds_per_round'], '.1f'):>8} "
              f"{num(None if r['state'] == 'done' else r['idle_seconds'], '.0f'):>7}  {r['state']}"
              + (f"  ({r['skipped']} lines skipped: malformed or repeated)" if r.get("skipped") else "")
-             + (f"  ({counted(r['blocked'], 'round')} not published: the pool's path is blocked, its node.log says where)"
-                if r.get("blocked") else "") for r in rows]
+             + (f"  ({counted(r['blocked'], 'round')} not published: the pool's path is blocked, "
+                "its node.log says where)" if r.get("blocked") else "") for r in rows]
     return "\n".join([head] + lines) if rows else "no node has started in this run folder yet"
 
 # %% ../nbs/17_monitor.ipynb #4b415fe7
