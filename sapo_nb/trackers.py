@@ -357,7 +357,8 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
         if kind.appends and run is not None and (held := read_marks(out / node).get(kind.destination(project, node))):
             if held["run"] != run:
                 raise TrackerError(f"{node}: {kind.destination(project, node)!r} (marked in {out / node}) holds "
-                                   "another run's rounds; export this one with another --out (TensorBoard) or --project")
+                                   "another run's rounds; export this one with another --out (TensorBoard) or "
+                                   "--project")
             if all(row_step(r) <= held["round"] for r in rows):
                 sent[node] = 0
                 log(f"{node}: its {len(rows)} rounds are in {to} already (sent before)")
