@@ -555,10 +555,11 @@ def _run_command(run, args:argparse.Namespace, argv) -> int:
     "`run(args)`, with the errors every subcommand shares turned into a message and an exit code."
     from sapo_nb.durability import NodeRunning, CheckpointError  # light: torch is imported only when a node starts
     from sapo_nb.core import UnsafePath
+    from sapo_nb.models import ModelLoadError
     try: return run(args)
-    except (ConfigError, NodeRunning, CheckpointError, UnsafePath) as e:
+    except (ConfigError, NodeRunning, CheckpointError, UnsafePath, ModelLoadError) as e:
         # a bad flag, a node id already running, no intact checkpoint, a link or a folder planted where the run's
-        # own files go
+        # own files go, a model that is not there
         print(f"sapo: {e}", file=sys.stderr)
         return 2
     except (ValueError, OSError) as e:

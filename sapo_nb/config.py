@@ -426,8 +426,10 @@ def env_overrides(environ=None) -> dict:
 def resolve_learning_rate(values:dict, overrides:dict={}) -> dict:
     "`values` with a preset's learning rate per adapter (`{'lora': ..., 'none': ...}`) resolved for the adapter chosen."
     rate = values.get("learning_rate")
-    if not isinstance(rate, dict): return values
-    return {**values, "learning_rate": rate[overrides.get("adapter", values.get("adapter", "none"))]}
+    if not isinstance(rate, dict) or "learning_rate" in overrides: return values  # a rate given wins over the preset's
+    adapter = overrides.get("adapter", values.get("adapter", "none"))
+    if adapter not in rate: _fail("adapter", adapter, ", ".join(CHOICES["adapter"]))  # `LoRA`: a typo, said as one
+    return {**values, "learning_rate": rate[adapter]}
 
 # %% ../nbs/03_config.ipynb #02057e57
 def load_config(path=None, environ=None, preset:str|None=None, **overrides) -> SAPOConfig:

@@ -193,6 +193,7 @@ def run_node(cfg:SAPOConfig, threads:int=0, log=print) -> int:
     its exit code."""
     from sapo_nb.node import SwarmNode
     from sapo_nb.durability import CheckpointError
+    from sapo_nb.models import ModelLoadError
     # a stop is a clean interrupt
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     if threads:
@@ -201,9 +202,9 @@ def run_node(cfg:SAPOConfig, threads:int=0, log=print) -> int:
     try:
         SwarmNode(cfg, log=log).run()
         return 0
-    except (ConfigError, NodeRunning, CheckpointError, UnsafePath) as e:
+    except (ConfigError, NodeRunning, CheckpointError, UnsafePath, ModelLoadError) as e:
         # a bad setting, a node id already running, no intact checkpoint, a link or a folder planted where the
-        # node's own files go
+        # node's own files go, a model that is not there
         print(f"sapo: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

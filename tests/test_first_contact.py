@@ -269,6 +269,16 @@ def test_panel_launch_warns_when_J_cannot_be_filled(tmp_path, monkeypatch):
     assert "warning" not in p.message.value and "#1a7f37" in p.message.value
 
 
+def test_a_typo_in_adapter_or_model_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    "`--adapter LoRA` (a preset's rate per adapter was looked up first: a KeyError) and an unknown model in demo/node."
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, _, err = sapo("swarm", "--adapter", "LoRA", "--root", str(tmp_path), "--rounds", "1")
+    assert code == 2 and err.strip() == "sapo: SAPOConfig.adapter: got 'LoRA'; allowed: none, lora", err
+    for command in (["demo"], ["node", "--root", str(tmp_path)]):
+        code, _, err = sapo(*command, "--model", "no-such-model")
+        assert code == 2 and err.startswith("sapo: model 'no-such-model' not found") and "Traceback" not in err, err
+
+
 # --- the README -----------------------------------------------------------------------------------------------------
 
 def test_readme_test_command_installs_what_ci_installs():
