@@ -412,6 +412,8 @@ def build_atomically(dest:str|os.PathLike,  # the folder to create
         build(tmp)
         (tmp/_MARKER).write_text(json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S"), **(info or {})}))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        for f in tmp.rglob("*"):  # and a writer may have, too (safetensors' weights file): a model others can read
+            if f.is_file() and not f.is_symlink(): os.chmod(f, 0o644)
         if (dest/_MARKER).is_file(): return dest  # another process finished first: use its copy
         if dest.exists(): shutil.rmtree(dest)     # an unfinished entry from an older version: replace it
         try: os.rename(tmp, dest)

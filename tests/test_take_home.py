@@ -40,6 +40,8 @@ def test_merged_model_answers_as_the_node(trained, tmp_path):
     "`save_model` (merged): a whole model that `load_policy` reads, no peft needed, with the node's greedy answers."
     cfg, answers = trained
     out = save_model(cfg, tmp_path / "merged", log=lambda *_: None)
+    # readable by others like any file a model folder holds (the weights file was written owner-only: 0600)
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in out.iterdir() if f.stat().st_mode & 0o777 != 0o644} == {}
     assert not (out / "adapter_config.json").exists()
     p = load_policy(str(out), device="cpu")
     assert greedy(p.model, p.tokenizer) == answers
