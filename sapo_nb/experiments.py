@@ -10,7 +10,7 @@ from .config import SAPOConfig, ConfigError, PRESETS, resolve_learning_rate, val
 from .core import (counted, experiment_dir, metrics_path, checkpoint_dir, read_jsonl, atomic_write, provenance,
                           machine_type, printable_text)
 from .durability import checkpoint_rounds
-from .swarm import node_configs, run_inline, parse_override
+from .swarm import node_configs, run_inline, parse_fields
 from .node import save_model
 
 # %% auto #0
@@ -406,7 +406,7 @@ def add_experiment_args(parser:argparse.ArgumentParser) -> argparse.ArgumentPars
 # %% ../nbs/20_experiments.ipynb #fa8c7417
 def _fields_from_sets(sets) -> dict:
     out = {}
-    for s in sets or []: out.update(parse_override(f"all:{s}")[1])
+    for s in sets or []: out.update(parse_fields(s, f"--set {s!r}", "--set "))
     return out
 
 # %% ../nbs/20_experiments.ipynb #beb7a74a

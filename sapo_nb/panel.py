@@ -10,7 +10,7 @@ from fastcore.basics import patch
 from .config import ConfigError, CHOICES, COMMAND_PRESET, field_docs, preset, check_drive_mounted
 from .core import counted, experiment_dir, read_json_file, trust_root
 from .trackers import progress_line
-from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_override, process_states,
+from .swarm import (UnsupportedPlatform, launch_swarm, node_configs, parse_fields, process_states,
                            require_process_groups, stop_swarm, swarm_key, waiting_for_peers, pool_shortfall)
 from .monitor import SwarmWatcher, refusal_text, short_peer, tail_lines
 
@@ -100,9 +100,8 @@ def _form_key(err:ConfigError) -> str:
 def config_from_form(values:dict, base:str=COMMAND_PRESET) -> tuple:
     "`(node configs, {})` for valid form `values`, else `(None, {form field: error text})`."
     errors, fields_ = {}, {FORM_FIELDS[k]: v for k, v in values.items() if FORM_FIELDS.get(k)}
-    try: extra = parse_override("form:" + (values.get("extra") or ""))[1]
-    except ConfigError as e:
-        errors["extra"], extra = re.sub(r"^override 'form:.*?': ", "more fields: ", str(e)), {}
+    try: extra = parse_fields(values.get("extra") or "", "more fields", "more fields: ")
+    except ConfigError as e: errors["extra"], extra = str(e), {}
     for k in extra:
         if k in _TO_FORM or k == "node_id": errors["extra"] = f"more fields: {k} is set by the form, not here"
     for k, v in {**fields_, **extra}.items():

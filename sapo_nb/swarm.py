@@ -18,29 +18,36 @@ from .durability import (NodeLease, NodeRunning, CheckpointError, intact_checkpo
                                 lease_alive, lease_file, LEASE_SKEW, LEASE_STALE)
 
 # %% auto #0
-__all__ = ['PID_FILE', 'DISK_WALK_DEPTH', 'DISK_WALK_ENTRIES', 'parse_override', 'node_configs', 'pool_shortfall', 'run_inline',
-           'check_cards', 'check_startable', 'write_swarm_config', 'available_cores', 'thread_share', 'set_threads',
-           'UnsupportedPlatform', 'require_process_groups', 'run_node', 'node_process', 'ProcessSwarm', 'swarm_key',
-           'read_pid_file', 'node_processes', 'process_states', 'stop_nodes', 'stop_swarm', 'waiting_for_peers',
-           'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
+__all__ = ['PID_FILE', 'DISK_WALK_DEPTH', 'DISK_WALK_ENTRIES', 'parse_fields', 'parse_override', 'node_configs', 'pool_shortfall',
+           'run_inline', 'check_cards', 'check_startable', 'write_swarm_config', 'available_cores', 'thread_share',
+           'set_threads', 'UnsupportedPlatform', 'require_process_groups', 'run_node', 'node_process', 'ProcessSwarm',
+           'swarm_key', 'read_pid_file', 'node_processes', 'process_states', 'stop_nodes', 'stop_swarm',
+           'waiting_for_peers', 'launch_swarm', 'disk_usage', 'format_bytes', 'remove_checkpoints']
 
 # %% ../nbs/16_swarm.ipynb #9fd05b32
-def parse_override(text:str) -> tuple:
-    "`'node-1:model=tiny,learning_rate=1e-4'` -> `('node-1', {'model': 'tiny', 'learning_rate': 0.0001})`."
+def parse_fields(text:str, # `'model=tiny,learning_rate=1e-4'`
+                 where:str, # what the text is, in an error about a field (`override 'node-1:...'`, `--set '...'`)
+                 var:str,   # what a field's value is, before its name, in an error about the value (`--set `)
+                ) -> dict:
+    "`'model=tiny,learning_rate=1e-4'` -> `{'model': 'tiny', 'learning_rate': 0.0001}`, each value as its field's type."
     from dataclasses import fields
-    node, sep, rest = text.partition(":")
-    if not sep or not node: raise ConfigError(f"override: got {text!r}; allowed: NODE:field=value[,field=value...]")
     kinds, texts, k = {f.name: field_kind(f) for f in fields(SAPOConfig)}, {}, None
-    for item in filter(None, rest.split(",")):
+    for item in filter(None, text.split(",")):
         if "=" not in item and k is not None and kinds[k] is tuple:  # a list's next item: `tasks=a,b`
             texts[k] += "," + item
             continue
         k, _, v = item.partition("=")
         k = k.strip().replace("-", "_")
         if "=" not in item or k not in kinds:
-            raise ConfigError(f"override {text!r}: unknown field {k!r}; known fields: {', '.join(kinds)}")
+            raise ConfigError(f"{where}: unknown field {k!r}; known fields: {', '.join(kinds)}")
         texts[k] = v
-    return node, {k: parse_field(f"override {node}:{k}", k, kinds[k], v.strip()) for k, v in texts.items()}
+    return {k: parse_field(f"{var}{k}", k, kinds[k], v.strip()) for k, v in texts.items()}
+
+def parse_override(text:str) -> tuple:
+    "`'node-1:model=tiny,learning_rate=1e-4'` -> `('node-1', {'model': 'tiny', 'learning_rate': 0.0001})`."
+    node, sep, rest = text.partition(":")
+    if not sep or not node: raise ConfigError(f"override: got {text!r}; allowed: NODE:field=value[,field=value...]")
+    return node, parse_fields(rest, f"override {text!r}", f"override {node}:")
 
 # %% ../nbs/16_swarm.ipynb #0b476950
 def node_configs(cfg:SAPOConfig, nodes:int, overrides:list=(),
