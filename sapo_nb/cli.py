@@ -282,6 +282,14 @@ def add_report_command(sub) -> argparse.ArgumentParser:
                     help="an equivalence margin stated in advance, in %% of the baseline's mean (TOST on every metric)")
     return rp
 
+# %% ../nbs/22_cli.ipynb #68905c04
+def _not_a_folder(command:str, path) -> bool:
+    "True, having said so, when `path` is not a folder (missing, or a link): what every command on a run folder says."
+    from sapo_nb.core import path_kind
+    if path_kind(path) == "dir": return False
+    print(f"sapo {command}: {path} is not a folder (missing, or a link)", file=sys.stderr)
+    return True
+
 # %% ../nbs/22_cli.ipynb #7cc9c906
 def run_report(args) -> int:
     "`sapo report`: write the report and print where; 2 with a message when it cannot."
@@ -304,12 +312,10 @@ def run_status(args) -> int:
     A folder with no node but run folders below it (a plan's configuration) names them."""
     from sapo_nb.monitor import swarm_status, format_status, format_peers
     from sapo_nb.swarm import process_states
-    from sapo_nb.core import trust_root, experiment_dir, list_dir, path_kind
+    from sapo_nb.core import trust_root, experiment_dir, list_dir, path_kind  # `path_kind`: of the folders in it
     cfg = _folder_config(args)
     exp = trust_root(cfg.root) / cfg.experiment  # read from the root down, never through a link planted below it
-    if path_kind(exp) != "dir":
-        print(f"sapo status: {experiment_dir(cfg)} is not a folder (missing, or a link)", file=sys.stderr)
-        return 2
+    if _not_a_folder("status", exp): return 2
     status = swarm_status(cfg.root, cfg.experiment, states=process_states(exp))
     if status: print(format_status(status))
     else:
@@ -336,11 +342,8 @@ def run_clean(args) -> int:
     from sapo_nb.core import experiment_dir
     cfg = _folder_config(args)
     exp = experiment_dir(cfg)
-    from sapo_nb.core import path_kind
     # a link to another run's folder is not this run: nothing is removed through it
-    if path_kind(exp) != "dir":
-        print(f"sapo clean: {exp} is not a folder (missing, or a link)", file=sys.stderr)
-        return 2
+    if _not_a_folder("clean", exp): return 2
     from sapo_nb.core import node_dirs, read_run_config
     if not node_dirs(exp) and not read_run_config(exp):  # another tool's folder with a checkpoints/ of its own
         print(f"sapo clean: {exp} is not a sapo_nb run folder (no config.json, no logs/<node>/): nothing removed",
@@ -379,6 +382,7 @@ def add_compare_command(sub) -> argparse.ArgumentParser:
 def run_compare(args) -> int:
     "`sapo compare`: print the node's answers before and after; 2 with a message when it cannot."
     from sapo_nb.monitor import compare_answers, format_comparison
+    if _not_a_folder("compare", args.run): return 2
     try: print(format_comparison(compare_answers(args.run, args.node), args.node, args.show))
     except ValueError as e:
         print(f"sapo compare: {e}", file=sys.stderr)
@@ -472,6 +476,7 @@ def run_export(args) -> int:
     "`sapo export`: replay the run's metrics into the tracker; 2 with a message when it cannot."
     from sapo_nb.trackers import export_run, TrackerError
     from sapo_nb.durability import lease_alive, lease_file
+    if _not_a_folder("export", args.run): return 2
     try: export_run(args.run, args.to, out=args.out, project=args.project,
                     running=lambda run, node: lease_alive(lease_file(run, node)))
     except (TrackerError, ValueError, FileNotFoundError) as e:
