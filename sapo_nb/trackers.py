@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_trackers.ipynb #5add46b3
 from __future__ import annotations
-import importlib, json, math, os, re, secrets, shlex, time
+import importlib, importlib.util, json, math, os, re, secrets, shlex, time
 from pathlib import Path
 from .config import SAPOConfig, CHOICES, printable_name, valid_name
 from .core import (experiment_dir, node_files, read_jsonl, read_node_configs, read_json_file, atomic_write,
@@ -193,7 +193,8 @@ class TensorBoardTracker(Tracker):
             text = json.dumps(config, indent=1, default=str)
             fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
             self.writer.add_text("config", f"{fence}\n{text}\n{fence}", 0)
-        self.where = f"tensorboard --logdir {shlex.quote(str(Path(directory).parent))}"
+        self.where = f"tensorboard --logdir {shlex.quote(str(Path(directory).parent))}" + (
+            ", after pip install tensorboard" if importlib.util.find_spec("tensorboard") is None else "")  # the viewer
 
     def write(self, step, scalars, walltime):
         for k, v in scalars.items(): self.writer.add_scalar(k, v, global_step=step, walltime=walltime)
