@@ -360,6 +360,9 @@ def run_clean(args) -> int:
                   for n in freed if (s := status.get(n)) and s["state"] != "done"]
     if unfinished:
         print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
+    finished = [printable_name(n) for n in freed if (s := status.get(n)) and s["state"] == "done"]
+    if finished:
+        print(f"note: {', '.join(finished)} can no longer go on with a larger --rounds: it would start over from round 0")
     return 1 if running else 0
 
 # %% ../nbs/22_cli.ipynb #48b585fe
@@ -550,7 +553,7 @@ def _stopped(args, argv) -> str:
             lines.append(f"  {c.node_id}: {counted(logged, 'round')} logged; "
                          + ("it starts at its first round" if not logged and kept is None else
                             "no checkpoint yet: it starts over (its rows kept aside)" if kept is None else
-                            f"resumes after round {kept + 1} (its checkpoint)"))
+                            f"resumes after {counted(kept + 1, 'round')} (its checkpoint)"))
     except Exception as e: lines = [f"  (what was kept could not be read: {type(e).__name__})"]
     again = shlex.join(["sapo", *(sys.argv[1:] if argv is None else argv)])
     return "\n".join(["sapo: stopped. Kept:", *lines, f"The same command goes on: {again}"])

@@ -28,7 +28,7 @@ from .evaluation import evaluate as evaluate_policy
 from .trackers import open_tracker, progress_line
 from .durability import (NodeLease, NodeRunning, CheckpointError, save_checkpoint, load_checkpoint,
                                 intact_checkpoint, checkpoint_bytes, rounds_logged, cut_records, set_records_aside,
-                                refuse_other_run, settings_changed)
+                                refuse_other_run, settings_changed, checkpoint_rounds)
 
 # %% auto #0
 __all__ = ['RECENT_ROUNDS', 'JOIN_LOOKBACK', 'PROGRESS_WINDOW', 'EXPORT_FORMS', 'node_policy', 'SwarmNode', 'node_random_state',
@@ -463,8 +463,10 @@ def resume(self:SwarmNode, join_current:bool=False) -> int:
     self.round, pol = self._restore(join_current), self.policy
     self.open_round = None  # the state is the checkpoint's now
     if self.round >= self.cfg.rounds:  # a finished run run again: nothing to do, nothing written
-        self.log(f"{self.cfg.node_id}: finished: its {self.round} rounds are in {metrics_path(self.cfg)}; "
-                 f"nothing to do (a larger --rounds goes on from its newest checkpoint)")
+        kept = bool(checkpoint_rounds(checkpoint_dir(self.cfg)))  # `sapo clean` may have removed them
+        self.log(f"{self.cfg.node_id}: finished: its {self.round} rounds are in {metrics_path(self.cfg)}; nothing to "
+                 "do (" + ("a larger --rounds goes on from its newest checkpoint" if kept else
+                           "its checkpoints were removed: a larger --rounds starts over from round 0") + ")")
         return self.round
     self.cfg.to_json(metrics_path(self.cfg).parent / "config.json")  # what `sapo save-model` and the readers go by
     append_jsonl(provenance_path(self.cfg), dict(round=self.round, time=time.time(), node_id=self.cfg.node_id,
@@ -499,7 +501,7 @@ def _restore(self:SwarmNode, join_current:bool=False) -> int:
     # as round st["round"] kept them, under the settings resumed with (none in a checkpoint from before them)
     self.trained_external = _in_top_up_window(st.get("trained_external", ()), st["round"], self.cfg)
     cut_records(self.cfg, st["round"])
-    self.log(f"{self.cfg.node_id}: resumed from the checkpoint of round {st['round']}")
+    self.log(f"{self.cfg.node_id}: resumed from its checkpoint after {counted(st['round'] + 1, 'round')}")
     return st["round"] + 1
 
 # %% ../nbs/15_node.ipynb #c9426ce5

@@ -165,6 +165,10 @@ def test_clean_frees_checkpoints_and_keeps_metrics(tmp_path):
     assert not (tmp_path / "sapo" / "checkpoints").exists()
     assert len(read_jsonl(tmp_path / "sapo" / "logs" / "node-0" / "metrics.jsonl")) == 3
     assert re.search(r"node-0: [\d.]+ [kM]B of checkpoints removed", out) and re.search(r"freed [\d.]+ [kM]B; [\d.]+ [kM]?B left under", out), out
+    # what a user can no longer do, said by clean and by the same command run again (which offered a larger --rounds)
+    assert "note: node-0, node-1 can no longer go on with a larger --rounds" in out, out
+    code, out, _ = sapo(*TINY_SWARM, "--root", str(tmp_path))
+    assert code == 0 and out.count("its checkpoints were removed: a larger --rounds starts over from round 0") == 2, out
     assert sapo("clean", "--root", str(tmp_path), "--experiment", "nothing")[0] == 2
 
 

@@ -76,7 +76,7 @@ def test_ctrl_c_says_what_was_kept_and_the_command_that_goes_on(tmp_path, monkey
     args = [*SWARM, "--root", str(tmp_path), "--rounds", "5", "--checkpoint-every", "1"]
     code, out, err = sapo_cli(*args)
     assert code == 130
-    assert "node-0: 1 round logged; resumes after round 1" in err and "node-1: 1 round logged" in err
+    assert "node-0: 1 round logged; resumes after 1 round" in err and "node-1: 1 round logged" in err
     assert err.strip().endswith("The same command goes on: sapo " + " ".join(args))
     monkeypatch.setattr(swarm, "run_inline", run_inline)
     assert sapo_cli(*args)[0] == 0  # ... and it does

@@ -44,7 +44,7 @@ def test_kill9_resume(tmp_path, kill_after):
     again = start_node(tmp_path, "node-0", 12, "--checkpoint-every", "3")
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out
-    assert "resumed from the checkpoint" in out or kill_after < 3, out
+    assert "resumed from its checkpoint" in out or kill_after < 3, out
     assert rounds_of(tmp_path, "node-0") == list(range(12))
     peer.wait(timeout=300)
     assert peer.returncode == 0
@@ -157,7 +157,7 @@ def test_lora_swarm_kill9_resume(tmp_path):
     again = start_swarm(tmp_path, 10, "--checkpoint-every", "3")
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out
-    assert out.count("resumed from the checkpoint") >= 4, out
+    assert out.count("resumed from its checkpoint") >= 4, out
     for n in nodes:
         assert rounds_of(tmp_path, n) == list(range(10)), n  # one row per round: nothing lost, nothing twice
         assert not list((tmp_path / "sapo" / "checkpoints").glob(f"{n}/.tmp*"))
