@@ -375,13 +375,13 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
 
 # %% ../nbs/13_trackers.ipynb #49546b96
 def progress_line(row:dict, rounds:int, wall_per_round:float|None=None) -> str:
-    """One line of progress for a metrics row; the ETA uses `wall_per_round` (seconds between rows), `-` until it is
-    known. `external k/n +m earlier`: k groups taken of the n the round offered, and m that topped J up from earlier
-    rounds."""
+    """One line of progress for a metrics row; its s/round and ETA use `wall_per_round` (seconds between rows), as
+    `sapo status` does: until that is known, the row's own working time, and no ETA. `external k/n +m earlier`: k
+    groups taken of the n the round offered, and m that topped J up from earlier rounds."""
     s, r, up = row["seconds"]["total"], row["reward_train"], row.get("pool_topped_up") or 0
     left = rounds - row["round"] - 1
     eta = "-" if wall_per_round is None and left else f"{(wall_per_round or s) * left / 60:.1f} min"
     return (f"{printable_name(row['node_id']):>10} round {row['round'] + 1}/{rounds}  "
             f"reward {'  -  ' if r is None else f'{r:.3f}'}  "
             f"I/J {row['I']}/{row['J']}  external {row['pool_selected'] - up}/{row['pool_available']}"
-            + (f" +{up} earlier" if up else "") + f"  {s:.1f} s/round  ETA {eta}")
+            + (f" +{up} earlier" if up else "") + f"  {wall_per_round or s:.1f} s/round  ETA {eta}")
