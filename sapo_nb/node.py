@@ -4,7 +4,7 @@
 
 # %% ../nbs/15_node.ipynb #c183dd6d
 from __future__ import annotations
-import os, secrets, time
+import os, secrets, time, warnings
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -672,7 +672,10 @@ def save_model(cfg:SAPOConfig, # the node's config (its model, root, experiment 
         inner.config._name_or_path = inner.name_or_path = base
     def write(tmp):
         if converter: _write_gguf(policy, Path(tmp), converter)
-        else: _save_pretrained(policy, tmp)
+        else:
+            with warnings.catch_warnings():  # peft looks the base named above up on the hub, offline: it is not lost
+                warnings.filterwarnings("ignore", message="(Could not find a config file|Unable to fetch remote file)")
+                _save_pretrained(policy, tmp)
     out = build_atomically(dest, write, info=dict(node=cfg.node_id, round=state["round"], model=cfg.model, form=form))
     log(f"{cfg.node_id}: the {form} model trained for {state['round'] + 1} rounds is in {out}"
         + (f" (on {SMOLLM2_HUB}: the 4-bit build it trained on is close to it; the merged form is exact)"
