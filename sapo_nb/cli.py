@@ -362,7 +362,8 @@ def run_clean(args) -> int:
         print(f"note: not finished: {', '.join(unfinished)}; run again, such a node starts over from round 0")
     finished = [printable_name(n) for n in freed if (s := status.get(n)) and s["state"] == "done"]
     if finished:
-        print(f"note: {', '.join(finished)} can no longer go on with a larger --rounds: it would start over from round 0")
+        print(f"note: {', '.join(finished)} can no longer go on with a larger --rounds: it would start over from "
+              "round 0")
     return 1 if running else 0
 
 # %% ../nbs/22_cli.ipynb #48b585fe

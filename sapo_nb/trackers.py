@@ -151,8 +151,9 @@ def _mark_sent(self:Tracker, step:int, closed:bool=False):
     if not closed:
         self._unmarked.append((now, step))
         if now - self._mark_at < _MARK_EVERY: return
-    settled = [s for at, s in self._unmarked if closed or now - at >= self.settles]
-    self._unmarked = [(at, s) for at, s in self._unmarked if not (closed or now - at >= self.settles)]
+    stored = lambda at: closed or now - at >= self.settles  # for good, by now
+    settled = [s for at, s in self._unmarked if stored(at)]
+    self._unmarked = [(at, s) for at, s in self._unmarked if not stored(at)]
     if not settled or max(settled) <= self.marked: return
     directory, destination, run = self.mark
     try:
@@ -355,9 +356,10 @@ def export_run(run_dir,              # a run folder: `<root>/<experiment>` (hold
             sent[node] = 0
             log(f"{node}: runs now, and sends its rounds to {to} itself")
             continue
-        if kind.appends and run is not None and (held := read_marks(out / node).get(kind.destination(project, node))):
+        where = kind.destination(project, node) if kind.appends and run is not None else None
+        if where and (held := read_marks(out / node).get(where)):
             if held["run"] != run:
-                raise TrackerError(f"{node}: {kind.destination(project, node)!r} (marked in {out / node}) holds "
+                raise TrackerError(f"{node}: {where!r} (marked in {out / node}) holds "
                                    "another run's rounds; export this one with another --out (TensorBoard) or "
                                    "--project")
             if all(row_step(r) <= held["round"] for r in rows):
